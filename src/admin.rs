@@ -1,0 +1,89 @@
+//! The admin HTTP listener: health probes and Prometheus metrics, on a thread of its own so a
+//! scrape never competes with Kafka clients for a shard.
+//!
+//! - `GET /health/live`: 200 while the process runs.
+//! - `GET /health/ready`: 200 once every shard has opened its partitions and accepts clients;
+//!   503 before that and while shutting down.
+//! - `GET /metrics`: Prometheus text format.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::node::Node;
+
+/// How often histogram buckets are drained when nobody scrapes, to bound their memory.
+const UPKEEP: Duration = Duration::from_secs(5);
+
+pub(crate) fn start(
+    node: Arc<Node>,
+    listener: std::net::TcpListener,
+    metrics: PrometheusHandle,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new().name("admin".into()).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "admin listener cannot start");
+                return;
+            }
+        };
+        runtime.block_on(serve(node, listener, metrics));
+    })
+}
+
+async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: PrometheusHandle) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "admin listener cannot start");
+            return;
+        }
+    };
+    let mut upkeep = tokio::time::interval(UPKEEP);
+    loop {
+        tokio::select! {
+            _ = node.shutdown.cancelled() => return,
+            _ = upkeep.tick() => metrics.run_upkeep(),
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let node = node.clone();
+                let metrics = metrics.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| route(req, node.clone(), metrics.clone()));
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        }
+    }
+}
+
+async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: PrometheusHandle) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, content_type: &'static str, body: String| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
+        Ok(response)
+    };
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET is served\n".into());
+    }
+    match req.uri().path() {
+        "/health/live" => reply(StatusCode::OK, TEXT, "live\n".into()),
+        "/health/ready" if node.is_ready() => reply(StatusCode::OK, TEXT, "ready\n".into()),
+        "/health/ready" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n".into()),
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render()),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found; try /health/live, /health/ready, /metrics\n".into()),
+    }
+}

@@ -1,0 +1,78 @@
+//! ApiVersions (key 18): the versions of every API corral serves, generated from the table.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, ApiEntry, Handled, HandlerResult, NONE, TABLE};
+use crate::protocol::{encode_frame, Reply, RequestContext};
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ApiVersions, 0, 4);
+
+async fn handle(_shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: ApiVersionsRequest = ctx.decode(body)?;
+    // KIP-511: v3+ clients name themselves; Kafka refuses names outside its pattern.
+    let valid = ctx.api_version < 3
+        || (valid_client_software(&request.client_software_name) && valid_client_software(&request.client_software_version));
+    let error_code = if valid { NONE } else { ResponseError::InvalidRequest.code() };
+    let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(api_keys());
+    Ok(Handled::Now(ctx.respond(&response)))
+}
+
+/// The answer to an ApiVersions version corral does not serve: a v0 body (which every client can
+/// read) with UNSUPPORTED_VERSION and the full list, so the client retries with a version it
+/// finds there (KIP-511).
+pub(crate) fn unsupported_version(ctx: &RequestContext) -> Reply {
+    let response = ApiVersionsResponse::default()
+        .with_error_code(ResponseError::UnsupportedVersion.code())
+        .with_api_keys(api_keys());
+    match encode_frame(ctx.correlation_id, 0, &response, 0) {
+        Ok(frame) => Reply::Frame(frame),
+        Err(e) => Reply::Failed(e.to_string()),
+    }
+}
+
+fn api_keys() -> Vec<ApiVersion> {
+    TABLE
+        .iter()
+        .map(|e| ApiVersion::default().with_api_key(e.key as i16).with_min_version(e.advertised_min).with_max_version(e.max))
+        .collect()
+}
+
+/// `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`
+fn valid_client_software(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: &u8| c.is_ascii_alphanumeric();
+    !b.is_empty()
+        && edge(&b[0])
+        && edge(&b[b.len() - 1])
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_software_names() {
+        assert!(valid_client_software("librdkafka"));
+        assert!(valid_client_software("2.16.0"));
+        assert!(valid_client_software("confluent-kafka-python"));
+        assert!(!valid_client_software(""));
+        assert!(!valid_client_software("-x"));
+        assert!(!valid_client_software("a b"));
+    }
+
+    #[test]
+    fn produce_and_fetch_ranges() {
+        let keys = api_keys();
+        let produce = keys.iter().find(|k| k.api_key == ApiKey::Produce as i16).unwrap();
+        assert_eq!(produce.min_version, 0, "Produce is advertised from v0 (KAFKA-18659)");
+        let fetch = keys.iter().find(|k| k.api_key == ApiKey::Fetch as i16).unwrap();
+        assert_eq!((fetch.min_version, fetch.max_version), (4, 18));
+    }
+}

@@ -1,0 +1,39 @@
+//! DescribeCluster (key 60): this node as the cluster's only broker and its controller.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeCluster, 0, 2);
+
+/// `endpoint_type` values (v1+).
+const BROKERS: i8 = 1;
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: DescribeClusterRequest = ctx.decode(body)?;
+    let node = &shard.node;
+    let mut response = DescribeClusterResponse::default()
+        .with_endpoint_type(request.endpoint_type)
+        .with_cluster_id(StrBytes::from_string(node.cluster_id.clone()))
+        .with_controller_id(BrokerId(node.node_id));
+    if ctx.api_version >= 1 && request.endpoint_type != BROKERS {
+        // Controllers are not reachable through a broker listener, as in Kafka.
+        response = response
+            .with_error_code(ResponseError::UnsupportedEndpointType.code())
+            .with_error_message(Some(StrBytes::from_static_str("only broker endpoints are served here")));
+    } else {
+        response = response.with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(node.node_id))
+            .with_host(StrBytes::from_string(node.advertised.0.clone()))
+            .with_port(node.advertised.1 as i32)]);
+    }
+    Ok(Handled::Now(ctx.respond(&response)))
+}

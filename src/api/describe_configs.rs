@@ -1,0 +1,114 @@
+//! DescribeConfigs (key 32): topic configs (effective value and source) and this broker's.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym};
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use crate::cluster::topic_config::{ConfigSource, ConfigType};
+use crate::config::Config;
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, 1, 4);
+
+/// Resource types (Kafka's `ConfigResource.Type`).
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+
+/// One config as reported.
+struct Described {
+    name: String,
+    value: String,
+    source: ConfigSource,
+    kind: ConfigType,
+    doc: &'static str,
+}
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: DescribeConfigsRequest = ctx.decode(body)?;
+    let node = &shard.node;
+    let mut results = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        let mut result = DescribeConfigsResult::default()
+            .with_resource_type(resource.resource_type)
+            .with_resource_name(resource.resource_name.clone());
+        let described = match resource.resource_type {
+            TOPIC => match node.catalog.get(&resource.resource_name) {
+                Some(topic) => Ok(topic
+                    .config
+                    .entries(&node.config.topics.defaults)
+                    .into_iter()
+                    .map(|e| Described { name: e.name.to_string(), value: e.value, source: e.source, kind: e.kind, doc: e.doc })
+                    .collect::<Vec<_>>()),
+                None => Err((ResponseError::UnknownTopicOrPartition, format!("topic '{}' does not exist", &*resource.resource_name))),
+            },
+            BROKER if resource.resource_name.is_empty() || *resource.resource_name == node.node_id.to_string() => {
+                Ok(broker_configs(&node.config, node.node_id))
+            }
+            BROKER => Err((ResponseError::InvalidRequest, format!("this is broker {}, not {}", node.node_id, &*resource.resource_name))),
+            other => Err((ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
+        };
+        match described {
+            Ok(entries) => {
+                let configs = entries
+                    .into_iter()
+                    .filter(|e| resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| **k == e.name)))
+                    .map(|e| to_result(e, request.include_synonyms, request.include_documentation))
+                    .collect();
+                result = result.with_configs(configs);
+            }
+            Err((code, message)) => {
+                result = result.with_error_code(code.code()).with_error_message(Some(StrBytes::from_string(message)));
+            }
+        }
+        results.push(result);
+    }
+    Ok(Handled::Now(ctx.respond(&DescribeConfigsResponse::default().with_results(results))))
+}
+
+fn to_result(e: Described, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {
+    let value = StrBytes::from_string(e.value);
+    let name = StrBytes::from_string(e.name);
+    let mut r = DescribeConfigsResourceResult::default()
+        .with_name(name.clone())
+        .with_value(Some(value.clone()))
+        .with_read_only(e.source != ConfigSource::Topic)
+        .with_config_source(e.source.code())
+        .with_config_type(e.kind as i8)
+        .with_documentation(documentation.then(|| StrBytes::from_static_str(e.doc)));
+    if synonyms {
+        r = r.with_synonyms(vec![DescribeConfigsSynonym::default().with_name(name).with_value(Some(value)).with_source(e.source.code())]);
+    }
+    r
+}
+
+/// The broker settings clients and tools look at, under Kafka's names.
+fn broker_configs(config: &Config, node_id: i32) -> Vec<Described> {
+    let d = &config.topics.defaults;
+    let s = &config.storage;
+    let long = |v: i64| if v == 0 { i64::MAX.to_string() } else { v.to_string() };
+    [
+        ("broker.id", node_id.to_string(), ConfigType::Int, "This node's id (node.id)."),
+        ("auto.create.topics.enable", config.topics.auto_create.to_string(), ConfigType::Boolean, "topics.auto_create"),
+        ("num.partitions", config.topics.default_partitions.to_string(), ConfigType::Int, "topics.default_partitions"),
+        ("log.dirs", s.data_dir.display().to_string(), ConfigType::String, "storage.data_dir"),
+        ("log.segment.bytes", d.segment_bytes.to_string(), ConfigType::Int, "topics.defaults.segment_bytes"),
+        ("log.roll.ms", d.segment_ms.to_string(), ConfigType::Long, "topics.defaults.segment_ms"),
+        ("log.retention.bytes", d.retention_bytes.to_string(), ConfigType::Long, "topics.defaults.retention_bytes"),
+        ("log.retention.ms", d.retention_ms.to_string(), ConfigType::Long, "topics.defaults.retention_ms"),
+        ("log.index.interval.bytes", d.index_interval_bytes.to_string(), ConfigType::Int, "topics.defaults.index_interval_bytes"),
+        ("message.max.bytes", d.max_message_bytes.to_string(), ConfigType::Int, "topics.defaults.max_message_bytes"),
+        ("log.retention.check.interval.ms", s.retention_check_interval_ms.to_string(), ConfigType::Long, "storage.retention_check_interval_ms"),
+        ("log.flush.interval.messages", long(s.flush_messages as i64), ConfigType::Long, "storage.flush_messages"),
+        ("log.flush.interval.ms", long(s.flush_ms as i64), ConfigType::Long, "storage.flush_ms"),
+        ("socket.request.max.bytes", config.kafka.max_frame_bytes.to_string(), ConfigType::Int, "kafka.max_frame_bytes"),
+    ]
+    .into_iter()
+    .map(|(name, value, kind, doc)| Described { name: name.to_string(), value, source: ConfigSource::Broker, kind, doc })
+    .collect()
+}

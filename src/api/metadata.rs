@@ -1,0 +1,105 @@
+//! Metadata (key 3): brokers (this node), topics and their partitions, with auto topic creation.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use crate::cluster::catalog::Topic;
+use crate::cluster::topic_config::{validate_topic_name, TopicConfig};
+use crate::cluster::{self, TopicError};
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Metadata, 0, 13);
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: MetadataRequest = ctx.decode(body)?;
+    let node = &shard.node;
+    let catalog = &node.catalog;
+    // v0: an empty list means every topic; v1+: null means every topic, empty means none.
+    let requested = match request.topics {
+        Some(topics) if !(ctx.api_version == 0 && topics.is_empty()) => Some(topics),
+        _ => None,
+    };
+    let auto_create = node.config.topics.auto_create && (ctx.api_version < 4 || request.allow_auto_topic_creation);
+
+    let topics = match requested {
+        None => catalog.all().iter().map(|t| describe(&shard, t)).collect(),
+        Some(wanted) => {
+            let mut out = Vec::with_capacity(wanted.len());
+            for t in wanted {
+                out.push(match t.name {
+                    Some(name) => lookup_or_create(&shard, &name.0, auto_create).await,
+                    None => match catalog.get_by_id(t.topic_id) {
+                        Some(topic) => describe(&shard, &topic),
+                        None => MetadataResponseTopic::default()
+                            .with_name(None)
+                            .with_topic_id(t.topic_id)
+                            .with_error_code(ResponseError::UnknownTopicId.code()),
+                    },
+                });
+            }
+            out
+        }
+    };
+    let response = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(node.node_id))
+            .with_host(StrBytes::from_string(node.advertised.0.clone()))
+            .with_port(node.advertised.1 as i32)])
+        .with_cluster_id(Some(StrBytes::from_string(node.cluster_id.clone())))
+        .with_controller_id(BrokerId(node.node_id))
+        .with_topics(topics);
+    Ok(Handled::Now(ctx.respond(&response)))
+}
+
+async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool) -> MetadataResponseTopic {
+    let catalog = &shard.node.catalog;
+    if let Some(topic) = catalog.get(name) {
+        return describe(shard, &topic);
+    }
+    let error = |code: ResponseError| MetadataResponseTopic::default().with_name(Some(TopicName(name.clone()))).with_error_code(code.code());
+    if validate_topic_name(name).is_err() {
+        return error(ResponseError::InvalidTopicException);
+    }
+    if !auto_create {
+        return error(ResponseError::UnknownTopicOrPartition);
+    }
+    let partitions = shard.node.config.topics.default_partitions;
+    match cluster::create_topic(shard, name, partitions, TopicConfig::default(), false).await {
+        Ok(Some(topic)) => describe(shard, &topic),
+        // Another request created it first.
+        Err(TopicError::AlreadyExists(_)) | Ok(None) => match catalog.get(name) {
+            Some(topic) => describe(shard, &topic),
+            None => error(ResponseError::LeaderNotAvailable),
+        },
+        Err(e) => {
+            tracing::warn!(topic = %name, error = %e, "auto topic creation failed");
+            error(e.error_code())
+        }
+    }
+}
+
+fn describe(shard: &Shard, topic: &Arc<Topic>) -> MetadataResponseTopic {
+    let node_id = BrokerId(shard.node.node_id);
+    let partitions = (0..topic.partitions.len() as i32)
+        .map(|index| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(node_id)
+                .with_leader_epoch(0)
+                .with_replica_nodes(vec![node_id])
+                .with_isr_nodes(vec![node_id])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic.id)
+        .with_partitions(partitions)
+}

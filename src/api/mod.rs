@@ -1,0 +1,128 @@
+//! One handler per Kafka API, and the table that dispatches to them.
+//!
+//! Each handler file declares its [`ApiEntry`]: the API key, the versions it serves, the minimum
+//! it advertises, and its function. ApiVersions is generated from [`TABLE`]; nothing else lists
+//! supported versions.
+//!
+//! # Two stages
+//!
+//! A handler runs in two stages. The first runs on the connection's reader before the next
+//! request is read, so whatever must happen in request order (enqueueing appends, offset
+//! commits) happens there. If the handler then has to wait (for an fsync, for data to arrive),
+//! it returns [`Handled::Later`] with the rest of its work, which runs concurrently while the
+//! connection goes on reading. Responses are still written in request order.
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures_util::future::LocalBoxFuture;
+use kafka_protocol::messages::ApiKey;
+
+use crate::protocol::{Reply, RequestContext, RequestError};
+use crate::runtime::Shard;
+
+/// The outcome of a handler's first stage.
+pub(crate) enum Handled {
+    /// The response is complete.
+    Now(Reply),
+    /// The rest of the work; its output is the response.
+    Later(LocalBoxFuture<'static, Reply>),
+}
+
+pub(crate) type HandlerResult = Result<Handled, RequestError>;
+type HandlerFn = fn(Rc<Shard>, RequestContext, Bytes) -> LocalBoxFuture<'static, HandlerResult>;
+
+/// An API served by corral.
+pub(crate) struct ApiEntry {
+    pub(crate) key: ApiKey,
+    /// Lowest version served.
+    pub(crate) min: i16,
+    /// Highest version served.
+    pub(crate) max: i16,
+    /// Lowest version advertised in ApiVersions. Lower than `min` only where clients key
+    /// features on an old version being listed (spec §10.2: Produce, JoinGroup).
+    pub(crate) advertised_min: i16,
+    pub(crate) handle: HandlerFn,
+}
+
+/// Every API corral serves.
+pub(crate) const TABLE: &[ApiEntry] = &[
+    produce::ENTRY,
+    fetch::ENTRY,
+    list_offsets::ENTRY,
+    metadata::ENTRY,
+    api_versions::ENTRY,
+    create_topics::ENTRY,
+    delete_topics::ENTRY,
+    init_producer_id::ENTRY,
+    describe_configs::ENTRY,
+    create_partitions::ENTRY,
+    describe_cluster::ENTRY,
+];
+
+pub(crate) fn entry(key: ApiKey) -> Option<&'static ApiEntry> {
+    TABLE.iter().find(|e| e.key == key)
+}
+
+/// Parses a request frame and runs its handler's first stage.
+pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes) -> HandlerResult {
+    let ctx = RequestContext::parse(&mut frame)?;
+    let Some(entry) = entry(ctx.api_key) else {
+        return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
+    };
+    if ctx.api_version < entry.min || ctx.api_version > entry.max {
+        if ctx.api_key == ApiKey::ApiVersions {
+            return Ok(Handled::Now(api_versions::unsupported_version(&ctx)));
+        }
+        return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
+    }
+    (entry.handle)(shard.clone(), ctx, frame).await
+}
+
+/// Builds an [`ApiEntry`] for the `handle` function of the module it is used in.
+macro_rules! api_entry {
+    ($key:expr, $min:expr, $max:expr) => {
+        api_entry!($key, $min, $max, advertised_min = $min)
+    };
+    ($key:expr, $min:expr, $max:expr, advertised_min = $adv:expr) => {
+        crate::api::ApiEntry {
+            key: $key,
+            min: $min,
+            max: $max,
+            advertised_min: $adv,
+            handle: |shard, ctx, body| Box::pin(handle(shard, ctx, body)),
+        }
+    };
+}
+use api_entry;
+
+/// Success in a response's error-code field.
+const NONE: i16 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent_with_the_codec() {
+        let mut seen = std::collections::HashSet::new();
+        for e in TABLE {
+            assert!(seen.insert(e.key as i16), "{:?} listed twice", e.key);
+            let codec = e.key.valid_versions();
+            assert!(e.min >= codec.min && e.max <= codec.max, "{:?} {}..={} outside the codec's {codec:?}", e.key, e.min, e.max);
+            assert!(e.advertised_min <= e.min);
+        }
+    }
+}

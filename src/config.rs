@@ -1,0 +1,356 @@
+//! Configuration: one validated struct tree.
+//!
+//! `config/corral.toml` is the reference: it lists every key with its default, and a unit test
+//! proves that parsing it yields [`Config::default`]. A user's file only names the keys it
+//! changes; unknown keys are rejected so a typo never silently falls back to a default.
+//! [`Config::validate`] runs before any port is bound and names the offending key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Why a configuration was refused. The message always names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config{}: {message}", in_file(.path))]
+    Parse { path: Option<PathBuf>, message: String },
+    #[error("invalid config: {key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+fn in_file(path: &Option<PathBuf>) -> String {
+    path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default()
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub kafka: KafkaConfig,
+    pub admin: AdminConfig,
+    pub runtime: RuntimeConfig,
+    pub storage: StorageConfig,
+    pub topics: TopicsConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Broker id reported to clients.
+    pub id: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub listen: SocketAddr,
+    /// `host:port` given to clients; empty = `listen`.
+    pub advertised: String,
+    pub max_frame_bytes: u32,
+    pub max_inflight_per_connection: usize,
+    pub max_connections_per_shard: usize,
+    pub fetch_send: FetchSend,
+}
+
+/// How fetched segment bytes are written to the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FetchSend {
+    /// sendfile(2): page cache to socket with no copy through user space.
+    Sendfile,
+    /// pread into a buffer, then write: the path TLS needs.
+    Pread,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// 0 = one shard per available core.
+    pub shards: usize,
+    pub pin_threads: bool,
+    pub mesh_queue_capacity: usize,
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub retention_check_interval_ms: u64,
+    pub flush_messages: u64,
+    pub flush_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicsConfig {
+    pub auto_create: bool,
+    pub default_partitions: i32,
+    pub max_partitions: i32,
+    pub defaults: TopicDefaults,
+}
+
+/// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicDefaults {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub retention_bytes: i64,
+    pub retention_ms: i64,
+    pub index_interval_bytes: u32,
+    pub max_message_bytes: u32,
+}
+
+// === defaults: mirror config/corral.toml (a test keeps them equal) ===
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertised: String::new(),
+            max_frame_bytes: 100 * 1024 * 1024,
+            max_inflight_per_connection: 32,
+            max_connections_per_shard: 10_000,
+            fetch_send: FetchSend::Sendfile,
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9095)) }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { shards: 0, pin_threads: true, mesh_queue_capacity: 1024, shutdown_grace_ms: 10_000 }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: PathBuf::from("./data"),
+            retention_check_interval_ms: 300_000,
+            flush_messages: 0,
+            flush_ms: 0,
+        }
+    }
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        TopicsConfig { auto_create: true, default_partitions: 1, max_partitions: 10_000, defaults: TopicDefaults::default() }
+    }
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1_048_588,
+        }
+    }
+}
+
+// === loading and validation ===
+
+/// Hard bounds, documented next to the check that enforces them.
+const MIN_FRAME_BYTES: u32 = 1024;
+/// Kafka sizes are i32 on the wire; a frame larger than this cannot be expressed.
+const MAX_FRAME_BYTES: u32 = i32::MAX as u32;
+/// A segment must hold at least one maximal batch header plus some records.
+const MIN_SEGMENT_BYTES: u64 = 14;
+/// Positions in Kafka's offset index are 32-bit.
+const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
+const MAX_SHARDS: usize = 1024;
+
+impl Config {
+    /// Parses a TOML document, layering it over the defaults.
+    pub fn from_toml(text: &str, path: Option<PathBuf>) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse { path, message: e.to_string().trim_end().to_string() })
+    }
+
+    /// Reads and parses a config file (not yet validated).
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::from_toml(&text, Some(path.to_path_buf()))
+    }
+
+    /// Checks every bound and cross-field rule. Runs before anything is bound or opened.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if !(MIN_FRAME_BYTES..=MAX_FRAME_BYTES).contains(&k.max_frame_bytes) {
+            return Err(invalid(
+                "kafka.max_frame_bytes",
+                format!("must be between {MIN_FRAME_BYTES} and {MAX_FRAME_BYTES}, got {}", k.max_frame_bytes),
+            ));
+        }
+        if k.max_inflight_per_connection == 0 || k.max_inflight_per_connection > 65_536 {
+            return Err(invalid("kafka.max_inflight_per_connection", "must be between 1 and 65536"));
+        }
+        if k.max_connections_per_shard == 0 {
+            return Err(invalid("kafka.max_connections_per_shard", "must be at least 1"));
+        }
+        if !k.advertised.is_empty() {
+            parse_host_port(&k.advertised).map_err(|reason| invalid("kafka.advertised", reason))?;
+        }
+        if self.admin.listen == k.listen && k.listen.port() != 0 {
+            return Err(invalid("admin.listen", "must differ from kafka.listen"));
+        }
+        if self.node.id < 0 {
+            return Err(invalid("node.id", format!("must be >= 0, got {}", self.node.id)));
+        }
+        let r = &self.runtime;
+        if r.shards > MAX_SHARDS {
+            return Err(invalid("runtime.shards", format!("must be at most {MAX_SHARDS}, got {}", r.shards)));
+        }
+        if r.mesh_queue_capacity == 0 {
+            return Err(invalid("runtime.mesh_queue_capacity", "must be at least 1"));
+        }
+        if self.storage.data_dir.as_os_str().is_empty() {
+            return Err(invalid("storage.data_dir", "must not be empty"));
+        }
+        if self.storage.retention_check_interval_ms == 0 {
+            return Err(invalid("storage.retention_check_interval_ms", "must be at least 1"));
+        }
+        let t = &self.topics;
+        if t.max_partitions < 1 {
+            return Err(invalid("topics.max_partitions", "must be at least 1"));
+        }
+        if t.default_partitions < 1 || t.default_partitions > t.max_partitions {
+            return Err(invalid(
+                "topics.default_partitions",
+                format!("must be between 1 and topics.max_partitions ({}), got {}", t.max_partitions, t.default_partitions),
+            ));
+        }
+        let d = &t.defaults;
+        if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
+            return Err(invalid(
+                "topics.defaults.segment_bytes",
+                format!("must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, got {}", d.segment_bytes),
+            ));
+        }
+        if d.segment_ms < 1 {
+            return Err(invalid("topics.defaults.segment_ms", "must be at least 1"));
+        }
+        if d.retention_ms < -1 {
+            return Err(invalid("topics.defaults.retention_ms", "must be -1 (forever) or >= 0"));
+        }
+        if d.retention_bytes < -1 {
+            return Err(invalid("topics.defaults.retention_bytes", "must be -1 (unlimited) or >= 0"));
+        }
+        if d.max_message_bytes == 0 || d.max_message_bytes > i32::MAX as u32 {
+            return Err(invalid("topics.defaults.max_message_bytes", "must be between 1 and 2147483647"));
+        }
+        Ok(())
+    }
+
+    /// Number of shards to run: the configured count, or one per available core.
+    pub fn shard_count(&self) -> usize {
+        match self.runtime.shards {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n,
+        }
+    }
+
+    /// `(host, port)` clients should connect to.
+    pub fn advertised_host_port(&self, bound: SocketAddr) -> (String, u16) {
+        if self.kafka.advertised.is_empty() {
+            (bound.ip().to_string(), bound.port())
+        } else {
+            parse_host_port(&self.kafka.advertised).expect("validated at startup")
+        }
+    }
+}
+
+/// Splits `host:port` (a hostname, IPv4 or `[IPv6]`).
+pub fn parse_host_port(s: &str) -> Result<(String, u16), String> {
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("expected host:port, got {s:?}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("missing host in {s:?}"));
+    }
+    let port: u16 = port.parse().map_err(|_| format!("invalid port in {s:?}"))?;
+    if port == 0 {
+        return Err(format!("port must not be 0 in {s:?}"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// The documented default configuration, embedded so the binary and the docs cannot drift.
+pub const REFERENCE_TOML: &str = include_str!("../config/corral.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_file_is_the_default() {
+        let parsed = Config::from_toml(REFERENCE_TOML, None).unwrap();
+        assert_eq!(parsed, Config::default());
+        parsed.validate().unwrap();
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(Config::from_toml("", None).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::from_toml("[kafka]\nlisten_port = 1\n", None).unwrap_err().to_string();
+        assert!(err.contains("listen_port"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let err = Config::from_toml("[kafka]\nmax_frame_bytes = \"big\"\n", None).unwrap_err().to_string();
+        assert!(err.contains("max_frame_bytes"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_names_the_key() {
+        let mut c = Config::default();
+        c.kafka.max_frame_bytes = 10;
+        assert!(c.validate().unwrap_err().to_string().contains("kafka.max_frame_bytes"));
+        let mut c = Config::default();
+        c.topics.default_partitions = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("topics.default_partitions"));
+        let mut c = Config::default();
+        c.kafka.advertised = "nohost".into();
+        assert!(c.validate().unwrap_err().to_string().contains("kafka.advertised"));
+    }
+
+    #[test]
+    fn host_port() {
+        assert_eq!(parse_host_port("a.b:9092").unwrap(), ("a.b".into(), 9092));
+        assert_eq!(parse_host_port("[::1]:9092").unwrap(), ("::1".into(), 9092));
+        assert!(parse_host_port("a:0").is_err());
+        assert!(parse_host_port(":1").is_err());
+    }
+}

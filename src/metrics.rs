@@ -1,0 +1,146 @@
+//! Every metric corral exports: names, help texts and labels are declared here and nowhere else.
+//!
+//! Recorded through the `metrics` facade, exported in Prometheus format by
+//! `metrics-exporter-prometheus` on the admin port. Each shard holds its own handles (label
+//! `shard`), so hot-path updates touch only that shard's atomics; Prometheus sums across shards.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const REQUESTS: &str = "corral_requests_total";
+pub const REQUEST_DURATION: &str = "corral_request_duration_seconds";
+pub const REQUESTS_REJECTED: &str = "corral_requests_rejected_total";
+pub const CONNECTIONS_ACTIVE: &str = "corral_connections_active";
+pub const CONNECTIONS_ACCEPTED: &str = "corral_connections_accepted_total";
+pub const BYTES_RECEIVED: &str = "corral_bytes_received_total";
+pub const BYTES_SENT: &str = "corral_bytes_sent_total";
+pub const SENDFILE_BYTES: &str = "corral_sendfile_bytes_total";
+pub const RECORDS_APPENDED: &str = "corral_records_appended_total";
+pub const RETENTION_SEGMENTS_DELETED: &str = "corral_retention_segments_deleted_total";
+pub const RETENTION_BYTES_DELETED: &str = "corral_retention_bytes_deleted_total";
+
+/// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
+const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder (once per process) and returns the handle that renders it.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.to_string()), LATENCY_BUCKETS)
+                .expect("buckets are not empty")
+                .install_recorder()
+                .expect("the metrics recorder is installed once");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(REQUESTS, "Requests completed, by API");
+    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API");
+    describe_counter!(REQUESTS_REJECTED, "Requests that closed their connection (malformed, unknown API, unsupported version)");
+    describe_gauge!(CONNECTIONS_ACTIVE, "Open client connections");
+    describe_counter!(CONNECTIONS_ACCEPTED, "Client connections accepted");
+    describe_counter!(BYTES_RECEIVED, Unit::Bytes, "Request bytes read from clients");
+    describe_counter!(BYTES_SENT, Unit::Bytes, "Response bytes written to clients");
+    describe_counter!(SENDFILE_BYTES, Unit::Bytes, "Record bytes sent to consumers with sendfile(2)");
+    describe_counter!(RECORDS_APPENDED, "Records appended to partition logs");
+    describe_counter!(RETENTION_SEGMENTS_DELETED, "Segments deleted by retention");
+    describe_counter!(RETENTION_BYTES_DELETED, Unit::Bytes, "Bytes deleted by retention");
+}
+
+/// One shard's metric handles. Lives on its shard.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    shard: String,
+    per_api: RefCell<HashMap<i16, (Counter, Histogram)>>,
+    connections_active: Gauge,
+    connections_accepted: Counter,
+    bytes_received: Counter,
+    bytes_sent: Counter,
+    sendfile_bytes: Counter,
+    records_appended: Counter,
+    rejected: Counter,
+}
+
+impl ShardMetrics {
+    pub fn new(shard: usize) -> ShardMetrics {
+        let label = shard.to_string();
+        ShardMetrics {
+            per_api: RefCell::new(HashMap::new()),
+            connections_active: gauge!(CONNECTIONS_ACTIVE, "shard" => label.clone()),
+            connections_accepted: counter!(CONNECTIONS_ACCEPTED, "shard" => label.clone()),
+            bytes_received: counter!(BYTES_RECEIVED, "shard" => label.clone()),
+            bytes_sent: counter!(BYTES_SENT, "shard" => label.clone()),
+            sendfile_bytes: counter!(SENDFILE_BYTES, "shard" => label.clone()),
+            records_appended: counter!(RECORDS_APPENDED, "shard" => label.clone()),
+            rejected: counter!(REQUESTS_REJECTED, "shard" => label.clone()),
+            shard: label,
+        }
+    }
+
+    pub fn request_completed(&self, api: ApiKey, elapsed: Duration) {
+        let mut per_api = self.per_api.borrow_mut();
+        let (count, latency) = per_api.entry(api as i16).or_insert_with(|| {
+            let name = format!("{api:?}");
+            (
+                counter!(REQUESTS, "api" => name.clone(), "shard" => self.shard.clone()),
+                histogram!(REQUEST_DURATION, "api" => name, "shard" => self.shard.clone()),
+            )
+        });
+        count.increment(1);
+        latency.record(elapsed.as_secs_f64());
+    }
+
+    pub fn request_rejected(&self) {
+        self.rejected.increment(1);
+    }
+
+    /// Counts an open connection until the returned guard drops.
+    pub fn connection_opened(&self) -> ConnectionGuard {
+        self.connections_accepted.increment(1);
+        self.connections_active.increment(1.0);
+        ConnectionGuard(self.connections_active.clone())
+    }
+
+    pub fn bytes_received(&self, n: u64) {
+        self.bytes_received.increment(n);
+    }
+
+    pub fn bytes_sent(&self, n: u64) {
+        self.bytes_sent.increment(n);
+    }
+
+    pub fn sendfile_bytes(&self, n: u64) {
+        self.sendfile_bytes.increment(n);
+    }
+
+    pub fn records_appended(&self, n: u64) {
+        self.records_appended.increment(n);
+    }
+
+    pub fn retention_deleted(&self, segments: usize, bytes: u64) {
+        counter!(RETENTION_SEGMENTS_DELETED, "shard" => self.shard.clone()).increment(segments as u64);
+        counter!(RETENTION_BYTES_DELETED, "shard" => self.shard.clone()).increment(bytes);
+    }
+}
+
+/// Decrements the open-connections gauge when dropped.
+#[derive(Debug)]
+pub struct ConnectionGuard(Gauge);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}

@@ -1,0 +1,150 @@
+//! One client connection: frames in, responses out, in request order.
+//!
+//! The reader decodes each frame and runs the handler's ordering-critical first stage before it
+//! reads the next one (see [`crate::api::Handled`]); whatever the handler defers runs as its own
+//! task. The writer receives the pending responses through a bounded channel — its capacity is
+//! the connection's in-flight limit — and writes each one when it is complete, in order.
+//!
+//! A malformed frame, an unknown API or an unsupported version closes this connection only,
+//! after the responses to earlier requests have been written.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use kafka_protocol::messages::ApiKey;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+use super::sendfile;
+use crate::api::{self, Handled};
+use crate::config::FetchSend;
+use crate::protocol::{Chunk, Reply, RequestError};
+use crate::runtime::Shard;
+
+/// A response the writer is waiting for.
+struct Pending {
+    api: Option<ApiKey>,
+    started: Instant,
+    reply: PendingReply,
+}
+
+enum PendingReply {
+    Ready(Reply),
+    Task(JoinHandle<Reply>),
+    /// The request could not be served: write what came before, then close.
+    Close(RequestError),
+}
+
+/// Serves one connection until the client closes it, it sends something unservable, or the
+/// node shuts down.
+pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let config = &shard.node.config.kafka;
+    let (read_half, write_half) = stream.into_split();
+    let codec = LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(config.max_frame_bytes as usize)
+        .new_codec();
+    let mut frames = FramedRead::new(read_half, codec);
+    let (tx, rx) = mpsc::channel::<Pending>(config.max_inflight_per_connection);
+    let writer = tokio::task::spawn_local(write_loop(shard.clone(), write_half, rx, peer));
+    let shutdown = shard.node.shutdown.clone();
+    let _open = shard.metrics.connection_opened();
+
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            frame = frames.next() => frame,
+        };
+        let frame = match frame {
+            None => break,
+            Some(Ok(frame)) => frame.freeze(),
+            Some(Err(e)) => {
+                // Oversized size prefix, or the socket failed.
+                tracing::debug!(%peer, error = %e, "closing connection");
+                break;
+            }
+        };
+        shard.metrics.bytes_received(frame.len() as u64 + 4);
+        let started = Instant::now();
+        let api = frame.get(0..2).and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
+        let (reply, close) = match api::dispatch(&shard, frame).await {
+            Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
+            Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
+            Err(e) => (PendingReply::Close(e), true),
+        };
+        if tx.send(Pending { api, started, reply }).await.is_err() || close {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, peer: SocketAddr) {
+    let use_sendfile = shard.node.config.kafka.fetch_send == FetchSend::Sendfile;
+    let mut copy_buf = Vec::new();
+    while let Some(pending) = rx.recv().await {
+        let reply = match pending.reply {
+            PendingReply::Ready(reply) => reply,
+            PendingReply::Task(task) => match task.await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::error!(%peer, api = ?pending.api, error = %e, "request handler failed; closing connection");
+                    break;
+                }
+            },
+            PendingReply::Close(e) => {
+                tracing::warn!(%peer, error = %e, "closing connection");
+                shard.metrics.request_rejected();
+                break;
+            }
+        };
+        let written = reply.wire_len();
+        let result = match reply {
+            Reply::Failed(e) => {
+                tracing::error!(%peer, error = %e, "closing connection");
+                break;
+            }
+            Reply::None => Ok(()),
+            Reply::Frame(bytes) => socket.write_all(&bytes).await,
+            Reply::Chunks(frame) => write_chunks(&shard, &mut socket, frame.chunks, use_sendfile, &mut copy_buf).await,
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "write failed; closing connection");
+            break;
+        }
+        shard.metrics.bytes_sent(written);
+        if let Some(api) = pending.api {
+            shard.metrics.request_completed(api, pending.started.elapsed());
+        }
+    }
+    let _ = socket.shutdown().await;
+}
+
+async fn write_chunks(
+    shard: &Shard,
+    socket: &mut OwnedWriteHalf,
+    chunks: Vec<Chunk>,
+    use_sendfile: bool,
+    copy_buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    for chunk in chunks {
+        match chunk {
+            Chunk::Bytes(bytes) => socket.write_all(&bytes).await?,
+            Chunk::File(slice) if use_sendfile => {
+                sendfile::send(socket, &slice).await?;
+                shard.metrics.sendfile_bytes(slice.len);
+            }
+            Chunk::File(slice) => sendfile::copy(socket, &slice, copy_buf).await?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! Networking: listeners, connections, and the sendfile writer.
+
+pub(crate) mod connection;
+pub(crate) mod listener;
+pub(crate) mod sendfile;

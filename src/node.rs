@@ -1,0 +1,46 @@
+//! The node: state shared by every shard of this process.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::catalog::Catalog;
+use crate::cluster::producer_ids::ProducerIds;
+use crate::config::Config;
+use crate::runtime::Mesh;
+use crate::storage::log::partition_dir_name;
+
+/// Node-wide, read-mostly state. Shared by all shards through an `Arc`; everything mutable in it
+/// is either concurrent (the catalog) or behind a short lock (producer ids).
+#[derive(Debug)]
+pub struct Node {
+    pub config: Config,
+    pub node_id: i32,
+    pub cluster_id: String,
+    /// `(host, port)` clients are told to connect to.
+    pub advertised: (String, u16),
+    pub catalog: Catalog,
+    pub mesh: Mesh,
+    pub producer_ids: ProducerIds,
+    /// Cancelled on SIGTERM/SIGINT (or by a test): listeners stop, connections drain.
+    pub shutdown: CancellationToken,
+    /// The previous run shut down cleanly, so indexes and snapshots on disk can be trusted.
+    pub clean_start: bool,
+    pub(crate) ready: AtomicBool,
+}
+
+impl Node {
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.config.storage.data_dir.join(partition_dir_name(topic, partition))
+    }
+
+    /// Every shard is accepting and the node is not shutting down (`/health/ready`).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+}

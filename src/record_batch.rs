@@ -1,0 +1,345 @@
+//! Kafka's record batch, format v2 ("magic 2"): the unit that producers send, segments store and
+//! consumers fetch.
+//!
+//! corral never re-encodes a batch. It reads and checks the 61-byte header, verifies the CRC-32C
+//! that covers everything after it, and rewrites only the fields the broker owns (base offset and
+//! partition leader epoch), which lie outside the CRC. Records stay compressed as the producer
+//! sent them.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  base_offset
+//!      8     4  batch_length            (bytes after this field)
+//!     12     4  partition_leader_epoch
+//!     16     1  magic                   (2)
+//!     17     4  crc                     (CRC-32C of bytes 21..end)
+//!     21     2  attributes              (bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control)
+//!     23     4  last_offset_delta
+//!     27     8  base_timestamp
+//!     35     8  max_timestamp
+//!     43     8  producer_id
+//!     51     2  producer_epoch
+//!     53     4  base_sequence
+//!     57     4  records_count
+//!     61        records
+//! ```
+
+use bytes::Buf;
+
+/// Size of the fixed batch header.
+pub const HEADER_LEN: usize = 61;
+/// Bytes before `batch_length` counts: base offset and the length itself.
+pub const LOG_OVERHEAD: usize = 12;
+/// Position of the first byte covered by the CRC.
+const CRC_START: usize = 21;
+const MAGIC_V2: i8 = 2;
+
+/// Compression codec from the low three attribute bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+/// Why a batch was refused. Each maps to one Kafka error code in the produce handler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("record batch is truncated: {have} bytes, need {need}")]
+    Truncated { have: usize, need: usize },
+    #[error("record batch magic {0} is not supported (only v2)")]
+    UnsupportedMagic(i8),
+    #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("record batch has invalid compression codec {0}")]
+    InvalidCompression(u8),
+    #[error("record batch is inconsistent: {0}")]
+    Invalid(&'static str),
+}
+
+/// The decoded fixed header of a v2 batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header without checking the CRC. Needs [`HEADER_LEN`] bytes.
+    pub fn parse(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+        if buf.len() < HEADER_LEN {
+            return Err(BatchError::Truncated { have: buf.len(), need: HEADER_LEN });
+        }
+        let mut b = &buf[..HEADER_LEN];
+        let header = BatchHeader {
+            base_offset: b.get_i64(),
+            batch_length: b.get_i32(),
+            partition_leader_epoch: b.get_i32(),
+            magic: b.get_i8(),
+            crc: b.get_u32(),
+            attributes: b.get_i16(),
+            last_offset_delta: b.get_i32(),
+            base_timestamp: b.get_i64(),
+            max_timestamp: b.get_i64(),
+            producer_id: b.get_i64(),
+            producer_epoch: b.get_i16(),
+            base_sequence: b.get_i32(),
+            records_count: b.get_i32(),
+        };
+        if header.magic != MAGIC_V2 {
+            return Err(BatchError::UnsupportedMagic(header.magic));
+        }
+        Ok(header)
+    }
+
+    /// Total bytes of the batch on the wire, including the offset and length fields.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+
+    pub fn compression(&self) -> Result<Compression, BatchError> {
+        match self.attributes & 0x07 {
+            0 => Ok(Compression::None),
+            1 => Ok(Compression::Gzip),
+            2 => Ok(Compression::Snappy),
+            3 => Ok(Compression::Lz4),
+            4 => Ok(Compression::Zstd),
+            other => Err(BatchError::InvalidCompression(other as u8)),
+        }
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & 0x10 != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & 0x20 != 0
+    }
+
+    /// An idempotent or transactional producer wrote this batch.
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+
+    /// Sequence number of the last record (sequences wrap at `i32::MAX`).
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return -1;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        (last % (i32::MAX as i64 + 1)) as i32
+    }
+}
+
+/// Checks one complete batch (`buf` holds exactly the batch) and returns its header.
+///
+/// Checks: magic 2, declared length equals the buffer, CRC-32C, codec, record count against the
+/// offset delta, and for uncompressed batches that the records exactly fill the payload.
+pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(buf)?;
+    if header.batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+        return Err(BatchError::Invalid("batch length smaller than the header"));
+    }
+    if header.total_len() != buf.len() {
+        return Err(BatchError::Truncated { have: buf.len(), need: header.total_len() });
+    }
+    let computed = crc32c::crc32c(&buf[CRC_START..]);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch { stored: header.crc, computed });
+    }
+    let compression = header.compression()?;
+    if header.records_count <= 0 {
+        return Err(BatchError::Invalid("record count must be positive"));
+    }
+    if header.last_offset_delta != header.records_count - 1 {
+        return Err(BatchError::Invalid("last offset delta does not match the record count"));
+    }
+    if header.max_timestamp < header.base_timestamp && header.max_timestamp != -1 {
+        return Err(BatchError::Invalid("max timestamp is below the base timestamp"));
+    }
+    if compression == Compression::None {
+        check_record_framing(&buf[HEADER_LEN..], header.records_count)?;
+    }
+    Ok(header)
+}
+
+/// Walks the length prefixes of uncompressed records: exactly `count` records must fill `payload`.
+fn check_record_framing(mut payload: &[u8], count: i32) -> Result<(), BatchError> {
+    for _ in 0..count {
+        let len = read_varint(&mut payload).ok_or(BatchError::Invalid("record length is not a varint"))?;
+        if len < 0 || len as usize > payload.len() {
+            return Err(BatchError::Invalid("record length exceeds the batch"));
+        }
+        payload = &payload[len as usize..];
+    }
+    if !payload.is_empty() {
+        return Err(BatchError::Invalid("bytes after the last record"));
+    }
+    Ok(())
+}
+
+/// Reads a zig-zag varint (Kafka's signed varint) of at most 5 bytes.
+pub fn read_varint(buf: &mut &[u8]) -> Option<i32> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let byte = *buf.first()?;
+        *buf = &buf[1..];
+        value |= ((byte & 0x7f) as u32) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((value >> 1) as i32) ^ -((value & 1) as i32));
+        }
+    }
+    None
+}
+
+/// Reads a zig-zag varlong of at most 10 bytes.
+pub fn read_varlong(buf: &mut &[u8]) -> Option<i64> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let byte = *buf.first()?;
+        *buf = &buf[1..];
+        value |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
+/// Offset and timestamp of each record in a batch, decompressing if needed. Used by the rare
+/// paths that must look inside a batch (ListOffsets by timestamp or max timestamp).
+pub fn record_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, BatchError> {
+    use kafka_protocol::records::RecordBatchDecoder;
+    let header = BatchHeader::parse(batch)?;
+    let mut bytes = bytes::Bytes::copy_from_slice(batch);
+    let records = RecordBatchDecoder::decode(&mut bytes)
+        .map_err(|_| BatchError::Invalid("records could not be decoded"))?;
+    let log_append = header.attributes & 0x08 != 0;
+    Ok(records
+        .records
+        .iter()
+        .map(|r| (r.offset, if log_append { header.max_timestamp } else { r.timestamp }))
+        .collect())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{Compression as Codec, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    /// Encodes `n` records as one batch, the way a producer would.
+    pub(crate) fn batch(n: usize, codec: Codec, producer: Option<(i64, i16, i32)>, ts: i64) -> BytesMut {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: -1,
+                producer_id: producer.map_or(-1, |p| p.0),
+                producer_epoch: producer.map_or(-1, |p| p.1),
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: producer.map_or(i as i32 - 1, |p| p.2.wrapping_add(i as i32)),
+                timestamp: ts + i as i64,
+                key: Some(format!("k{i}").into()),
+                value: Some(vec![b'v'; 100].into()),
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: codec })
+            .unwrap();
+        buf
+    }
+
+    #[test]
+    fn validates_a_producer_batch() {
+        let b = batch(3, Codec::None, None, 1000);
+        let h = validate(&b).unwrap();
+        assert_eq!(h.records_count, 3);
+        assert_eq!(h.last_offset_delta, 2);
+        assert_eq!(h.base_timestamp, 1000);
+        assert_eq!(h.max_timestamp, 1002);
+        assert_eq!(h.total_len(), b.len());
+        assert!(!h.has_producer_id());
+    }
+
+    #[test]
+    fn every_codec_validates() {
+        for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+            let b = batch(10, codec, None, 5);
+            let h = validate(&b).unwrap();
+            assert_ne!(h.compression().unwrap(), Compression::None);
+            let ts = record_timestamps(&b).unwrap();
+            assert_eq!(ts.len(), 10);
+            assert_eq!(ts[9], (9, 14));
+        }
+    }
+
+    #[test]
+    fn crc_mismatch_is_detected() {
+        let mut b = batch(2, Codec::None, None, 0);
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        assert!(matches!(validate(&b), Err(BatchError::CrcMismatch { .. })));
+    }
+
+    #[test]
+    fn truncated_and_wrong_magic() {
+        let b = batch(2, Codec::None, None, 0);
+        assert!(matches!(validate(&b[..b.len() - 1]), Err(BatchError::Truncated { .. })));
+        assert!(matches!(validate(&b[..20]), Err(BatchError::Truncated { .. })));
+        let mut m = b.clone();
+        m[16] = 1;
+        assert_eq!(validate(&m), Err(BatchError::UnsupportedMagic(1)));
+    }
+
+    #[test]
+    fn base_offset_and_epoch_are_outside_the_crc() {
+        let mut b = batch(2, Codec::None, None, 0);
+        b[0..8].copy_from_slice(&1234i64.to_be_bytes());
+        b[12..16].copy_from_slice(&7i32.to_be_bytes());
+        let h = validate(&b).unwrap();
+        assert_eq!(h.base_offset, 1234);
+        assert_eq!(h.partition_leader_epoch, 7);
+    }
+
+    #[test]
+    fn sequences() {
+        let b = batch(3, Codec::None, Some((7, 1, 5)), 0);
+        let mut h = validate(&b).unwrap();
+        assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (7, 1, 5));
+        assert_eq!(h.last_sequence(), 7);
+        // Sequences wrap from i32::MAX to 0.
+        h.base_sequence = i32::MAX - 1;
+        assert_eq!(h.last_sequence(), 0);
+    }
+
+    #[test]
+    fn varints() {
+        let mut b: &[u8] = &[0x01, 0x02, 0xac, 0x02];
+        assert_eq!(read_varint(&mut b), Some(-1));
+        assert_eq!(read_varint(&mut b), Some(1));
+        assert_eq!(read_varint(&mut b), Some(150));
+        let mut long: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(read_varint(&mut long), None);
+    }
+}

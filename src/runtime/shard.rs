@@ -1,0 +1,155 @@
+//! A shard: one OS thread, one single-threaded tokio runtime, and the state it owns.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::mesh::{self, Job, ShardId};
+use crate::metrics::ShardMetrics;
+use crate::node::Node;
+use crate::storage::{Partition, PartitionLog};
+
+/// Key of a partition owned by a shard.
+pub type PartitionKey = (Uuid, i32);
+
+/// Per-core state. Lives on its shard's thread only (`Rc`, `RefCell`); other shards reach it
+/// through [`crate::runtime::Mesh`].
+#[derive(Debug)]
+pub struct Shard {
+    pub id: ShardId,
+    pub node: Arc<Node>,
+    pub metrics: ShardMetrics,
+    partitions: RefCell<HashMap<PartitionKey, Rc<Partition>>>,
+}
+
+impl Shard {
+    pub(crate) fn new(id: ShardId, node: Arc<Node>) -> Shard {
+        Shard { id, metrics: ShardMetrics::new(id), node, partitions: RefCell::new(HashMap::new()) }
+    }
+
+    pub fn partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions.borrow().get(&(topic_id, partition)).cloned()
+    }
+
+    pub fn add_partition(&self, topic_id: Uuid, partition: i32, p: Rc<Partition>) {
+        self.partitions.borrow_mut().insert((topic_id, partition), p);
+    }
+
+    pub fn remove_partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions.borrow_mut().remove(&(topic_id, partition))
+    }
+
+    pub fn partitions(&self) -> Vec<(PartitionKey, Rc<Partition>)> {
+        self.partitions.borrow().iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    /// Opens every partition of the catalog that this shard owns.
+    fn open_partitions(&self) -> Result<(), String> {
+        let node = &self.node;
+        let now = crate::clock::now_ms();
+        for topic in node.catalog.all() {
+            for (index, meta) in topic.partitions.iter().enumerate() {
+                if meta.shard != self.id {
+                    continue;
+                }
+                let dir = node.partition_dir(&topic.name, index as i32);
+                let config = topic.config.log_config(&node.config.topics.defaults);
+                let (log, report) = PartitionLog::open(&dir, config, node.clean_start, now)
+                    .map_err(|e| format!("cannot open partition {}: {e}", dir.display()))?;
+                if report.truncated_bytes > 0 {
+                    tracing::warn!(
+                        partition = %dir.display(),
+                        truncated_bytes = report.truncated_bytes,
+                        "recovered partition: truncated an incomplete tail"
+                    );
+                }
+                let partition = Partition::new(log, meta.end_offset.clone(), node.config.storage.flush_messages);
+                self.add_partition(topic.id, index as i32, partition);
+            }
+        }
+        Ok(())
+    }
+
+    /// Syncs and closes every partition (clean shutdown).
+    fn close_partitions(&self) -> Result<(), String> {
+        let mut first_error = None;
+        for ((_, _), partition) in self.partitions.borrow_mut().drain() {
+            let mut log = partition.log.borrow_mut();
+            if let Err(e) = log.close() {
+                tracing::error!(partition = %log.dir().display(), error = %e, "closing partition failed");
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Everything a shard thread needs to start.
+pub(crate) struct ShardStart {
+    pub(crate) id: ShardId,
+    pub(crate) node: Arc<Node>,
+    pub(crate) inbox: mpsc::Receiver<Job>,
+    pub(crate) listener: std::net::TcpListener,
+    pub(crate) core: Option<core_affinity::CoreId>,
+    /// Reports "partitions loaded, accepting" or the startup error.
+    pub(crate) started: std::sync::mpsc::Sender<Result<(), String>>,
+    /// Every shard waits here after draining its connections, so no shard closes its
+    /// partitions while another might still send it work.
+    pub(crate) drained: Arc<tokio::sync::Barrier>,
+}
+
+/// The body of a shard thread.
+pub(crate) fn run(start: ShardStart) -> Result<(), String> {
+    if let Some(core) = start.core {
+        core_affinity::set_for_current(core);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("shard {}: cannot build runtime: {e}", start.id))?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, serve(start))
+}
+
+async fn serve(start: ShardStart) -> Result<(), String> {
+    let ShardStart { id, node, inbox, listener, started, drained, .. } = start;
+    let shard = Rc::new(Shard::new(id, node.clone()));
+    if let Err(e) = shard.open_partitions() {
+        let _ = started.send(Err(e.clone()));
+        drained.wait().await;
+        return Err(e);
+    }
+    tokio::task::spawn_local(mesh::serve_inbox(shard.clone(), inbox));
+    tokio::task::spawn_local(super::background::retention(shard.clone()));
+    if node.config.storage.flush_ms > 0 {
+        tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));
+    }
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            let e = format!("shard {id}: cannot register listener: {e}");
+            let _ = started.send(Err(e.clone()));
+            drained.wait().await;
+            return Err(e);
+        }
+    };
+    let _ = started.send(Ok(()));
+
+    let connections = TaskTracker::new();
+    crate::net::listener::accept_loop(&shard, listener, &connections).await;
+
+    // Shutdown: finish the requests already read, within the grace period.
+    connections.close();
+    let grace = Duration::from_millis(node.config.runtime.shutdown_grace_ms);
+    if tokio::time::timeout(grace, connections.wait()).await.is_err() {
+        tracing::warn!(shard = id, open = connections.len(), "grace period over; closing remaining connections");
+    }
+    drained.wait().await;
+    shard.close_partitions()
+}

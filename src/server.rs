@@ -1,0 +1,174 @@
+//! Starting and stopping a node: everything `corral serve` does between reading its config and
+//! exiting.
+//!
+//! Startup order: validate config → lock the data directory → read what the previous run left
+//! (clean-shutdown marker, cluster id, topic catalog, producer ids) → bind the Kafka and admin
+//! ports → start the shards, which open their partitions → report ready.
+//!
+//! Shutdown: the node's token is cancelled; shards stop accepting, let open connections finish
+//! what they have read, sync and close their partitions; then the clean-shutdown marker is
+//! written so the next start trusts the indexes on disk.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::cluster::catalog::Catalog;
+use crate::cluster::producer_ids::ProducerIds;
+use crate::config::{Config, ConfigError};
+use crate::node::Node;
+use crate::runtime::{Mesh, Shards};
+use crate::storage::log::{sync_dir, write_atomically};
+
+const CLEAN_SHUTDOWN: &str = ".clean_shutdown";
+const LOCK: &str = ".lock";
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("data directory {0} is in use by another corral process")]
+    Locked(PathBuf),
+    #[error("cannot listen on {addr} ({key}): {source}")]
+    Bind {
+        key: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Shard(String),
+}
+
+/// A running node.
+#[derive(Debug)]
+pub struct Server {
+    /// Where the Kafka listener is bound (the real port when the config said 0).
+    pub kafka_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    node: Arc<Node>,
+    shards: Shards,
+    admin: JoinHandle<()>,
+    data_dir: PathBuf,
+    _lock: File,
+}
+
+impl Server {
+    /// Starts a node and returns once it serves clients.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        config.validate()?;
+        let metrics = crate::metrics::install();
+        let data_dir = config.storage.data_dir.clone();
+        let io = |source| StartError::DataDir { path: data_dir.clone(), source };
+        let meta_dir = data_dir.join("meta");
+        std::fs::create_dir_all(&meta_dir).map_err(io)?;
+        let lock = File::create(data_dir.join(LOCK)).map_err(io)?;
+        if lock.try_lock().is_err() {
+            return Err(StartError::Locked(data_dir));
+        }
+        let clean_start = take_clean_marker(&data_dir).map_err(io)?;
+        let cluster_id = cluster_id(&meta_dir).map_err(io)?;
+        crate::cluster::remove_deleted_dirs(&data_dir).map_err(io)?;
+
+        let shards = config.shard_count();
+        let catalog = Catalog::load(&meta_dir, shards).map_err(io)?;
+        let producer_ids = ProducerIds::load(&meta_dir).map_err(io)?;
+
+        let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards)
+            .map_err(|source| StartError::Bind { key: "kafka.listen", addr: config.kafka.listen, source })?;
+        let admin_listener = std::net::TcpListener::bind(config.admin.listen)
+            .map_err(|source| StartError::Bind { key: "admin.listen", addr: config.admin.listen, source })?;
+        let admin_addr = admin_listener.local_addr().map_err(io)?;
+
+        let advertised = config.advertised_host_port(kafka_addr);
+        let (mesh, inboxes) = Mesh::new(shards, config.runtime.mesh_queue_capacity);
+        let node = Arc::new(Node {
+            node_id: config.node.id,
+            config,
+            cluster_id,
+            advertised,
+            catalog,
+            mesh,
+            producer_ids,
+            shutdown: Default::default(),
+            clean_start,
+            ready: Default::default(),
+        });
+        let shards = crate::runtime::start(node.clone(), inboxes, listeners).map_err(StartError::Shard)?;
+        let admin = crate::admin::start(node.clone(), admin_listener, metrics).map_err(io)?;
+        node.set_ready();
+        tracing::info!(
+            kafka = %kafka_addr,
+            admin = %admin_addr,
+            shards = node.mesh.shard_count(),
+            topics = node.catalog.len(),
+            clean_start,
+            "corral is serving"
+        );
+        Ok(Server { kafka_addr, admin_addr, node, shards, admin, data_dir, _lock: lock })
+    }
+
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Begins a graceful shutdown; [`Server::wait`] returns when it is complete.
+    pub fn shutdown(&self) {
+        self.node.shutdown.cancel();
+    }
+
+    /// Waits until the node has stopped, then records a clean shutdown.
+    pub fn wait(self) -> Result<(), String> {
+        let result = self.shards.join();
+        let _ = self.admin.join();
+        if result.is_ok() {
+            write_atomically(&self.data_dir.join(CLEAN_SHUTDOWN), b"").map_err(|e| format!("cannot record clean shutdown: {e}"))?;
+            tracing::info!("corral stopped cleanly");
+        }
+        result
+    }
+}
+
+/// Reads and removes the clean-shutdown marker: its presence means the last run closed every
+/// partition properly.
+fn take_clean_marker(data_dir: &Path) -> std::io::Result<bool> {
+    let marker = data_dir.join(CLEAN_SHUTDOWN);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => {
+            sync_dir(data_dir)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The cluster id, created on first start and kept in `meta/cluster.json`.
+fn cluster_id(meta_dir: &Path) -> std::io::Result<String> {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Stored {
+        cluster_id: String,
+    }
+    let path = meta_dir.join("cluster.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<Stored>(&bytes)
+            .map(|s| s.cluster_id)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let bytes = serde_json::to_vec(&Stored { cluster_id: id.clone() }).map_err(std::io::Error::other)?;
+            write_atomically(&path, &bytes)?;
+            Ok(id)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,253 @@
+//! Sparse offset and time indexes, in Kafka's file formats.
+//!
+//! - `.index`: 8-byte entries `(relative offset: u32, position: u32)`, big-endian. An entry says
+//!   "the batch whose last offset is `base + relative` starts at `position`".
+//! - `.timeindex`: 12-byte entries `(timestamp: i64, relative offset: u32)`: the largest timestamp
+//!   seen so far and the offset where it was seen.
+//!
+//! Entries are appended as the segment grows (every `index.interval.bytes` of log) and kept in
+//! memory for lookups; the files are written through so a clean restart loads them instead of
+//! scanning the log. They are not memory-mapped: the only `unsafe` in corral is sendfile.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why an index file on disk cannot be trusted (it is then rebuilt from the log).
+#[derive(Debug)]
+pub(crate) enum IndexLoad<T> {
+    Loaded(T),
+    Corrupt(&'static str),
+}
+
+// === impl OffsetIndex ===
+
+/// Offset → file position, for one segment. Lives on the shard that owns the partition.
+#[derive(Debug)]
+pub(crate) struct OffsetIndex {
+    path: PathBuf,
+    file: Arc<File>,
+    base_offset: i64,
+    entries: Vec<(u32, u32)>,
+}
+
+impl OffsetIndex {
+    const ENTRY: usize = 8;
+
+    /// Creates an empty index, truncating any file at `path`.
+    pub(crate) fn create(path: &Path, base_offset: i64) -> io::Result<OffsetIndex> {
+        let file = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(path)?;
+        Ok(OffsetIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new() })
+    }
+
+    /// Loads an index written earlier and checks that it is usable for a segment of `log_len`
+    /// bytes.
+    pub(crate) fn load(path: &Path, base_offset: i64, log_len: u64) -> io::Result<IndexLoad<OffsetIndex>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(IndexLoad::Corrupt("missing")),
+            Err(e) => return Err(e),
+        };
+        if bytes.len() % Self::ENTRY != 0 {
+            return Ok(IndexLoad::Corrupt("size is not a multiple of the entry size"));
+        }
+        let mut entries = Vec::with_capacity(bytes.len() / Self::ENTRY);
+        for chunk in bytes.chunks_exact(Self::ENTRY) {
+            let rel = u32::from_be_bytes(chunk[0..4].try_into().expect("4 bytes"));
+            let pos = u32::from_be_bytes(chunk[4..8].try_into().expect("4 bytes"));
+            if let Some(&(last_rel, last_pos)) = entries.last() {
+                if rel <= last_rel || pos <= last_pos {
+                    return Ok(IndexLoad::Corrupt("entries are not increasing"));
+                }
+            }
+            if pos as u64 >= log_len {
+                return Ok(IndexLoad::Corrupt("entry points past the end of the log"));
+            }
+            entries.push((rel, pos));
+        }
+        let file = OpenOptions::new().read(true).append(true).open(path)?;
+        Ok(IndexLoad::Loaded(OffsetIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries }))
+    }
+
+    pub(crate) fn append(&mut self, offset: i64, position: u32) -> io::Result<()> {
+        let rel = (offset - self.base_offset) as u32;
+        if let Some(&(last_rel, _)) = self.entries.last() {
+            if rel <= last_rel {
+                return Ok(());
+            }
+        }
+        let mut entry = [0u8; Self::ENTRY];
+        entry[0..4].copy_from_slice(&rel.to_be_bytes());
+        entry[4..8].copy_from_slice(&position.to_be_bytes());
+        (&*self.file).write_all(&entry)?;
+        self.entries.push((rel, position));
+        Ok(())
+    }
+
+    /// The last indexed `(offset, position)` at or below `offset`, or the segment start.
+    pub(crate) fn lookup(&self, offset: i64) -> (i64, u32) {
+        let rel = offset - self.base_offset;
+        if rel < 0 {
+            return (self.base_offset, 0);
+        }
+        let idx = self.entries.partition_point(|&(r, _)| (r as i64) <= rel);
+        match idx {
+            0 => (self.base_offset, 0),
+            i => {
+                let (r, p) = self.entries[i - 1];
+                (self.base_offset + r as i64, p)
+            }
+        }
+    }
+
+    pub(crate) fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+// === impl TimeIndex ===
+
+/// Timestamp → offset, for one segment. Lives on the shard that owns the partition.
+#[derive(Debug)]
+pub(crate) struct TimeIndex {
+    path: PathBuf,
+    file: Arc<File>,
+    base_offset: i64,
+    entries: Vec<(i64, u32)>,
+}
+
+impl TimeIndex {
+    const ENTRY: usize = 12;
+
+    pub(crate) fn create(path: &Path, base_offset: i64) -> io::Result<TimeIndex> {
+        let file = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(path)?;
+        Ok(TimeIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new() })
+    }
+
+    pub(crate) fn load(path: &Path, base_offset: i64) -> io::Result<IndexLoad<TimeIndex>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(IndexLoad::Corrupt("missing")),
+            Err(e) => return Err(e),
+        };
+        if bytes.len() % Self::ENTRY != 0 {
+            return Ok(IndexLoad::Corrupt("size is not a multiple of the entry size"));
+        }
+        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / Self::ENTRY);
+        for chunk in bytes.chunks_exact(Self::ENTRY) {
+            let ts = i64::from_be_bytes(chunk[0..8].try_into().expect("8 bytes"));
+            let rel = u32::from_be_bytes(chunk[8..12].try_into().expect("4 bytes"));
+            if let Some(&(last_ts, last_rel)) = entries.last() {
+                if ts < last_ts || rel < last_rel {
+                    return Ok(IndexLoad::Corrupt("entries are not increasing"));
+                }
+            }
+            entries.push((ts, rel));
+        }
+        let file = OpenOptions::new().read(true).append(true).open(path)?;
+        Ok(IndexLoad::Loaded(TimeIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries }))
+    }
+
+    /// Appends `(timestamp, offset)` if the timestamp is larger than the last entry's.
+    pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
+        if let Some(&(last_ts, _)) = self.entries.last() {
+            if timestamp <= last_ts {
+                return Ok(());
+            }
+        }
+        let rel = (offset - self.base_offset) as u32;
+        let mut entry = [0u8; Self::ENTRY];
+        entry[0..8].copy_from_slice(&timestamp.to_be_bytes());
+        entry[8..12].copy_from_slice(&rel.to_be_bytes());
+        (&*self.file).write_all(&entry)?;
+        self.entries.push((timestamp, rel));
+        Ok(())
+    }
+
+    /// The offset of the last entry whose timestamp is below `timestamp`; scanning from there
+    /// finds the first record at or above it. The segment start if there is none.
+    pub(crate) fn lookup(&self, timestamp: i64) -> i64 {
+        let idx = self.entries.partition_point(|&(ts, _)| ts < timestamp);
+        match idx {
+            0 => self.base_offset,
+            i => self.base_offset + self.entries[i - 1].1 as i64,
+        }
+    }
+
+    /// Largest timestamp recorded, with its offset.
+    pub(crate) fn last_entry(&self) -> Option<(i64, i64)> {
+        self.entries.last().map(|&(ts, rel)| (ts, self.base_offset + rel as i64))
+    }
+
+    pub(crate) fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_index_lookup_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000100.index");
+        let mut idx = OffsetIndex::create(&path, 100).unwrap();
+        assert_eq!(idx.lookup(150), (100, 0));
+        idx.append(109, 4096).unwrap();
+        idx.append(119, 8192).unwrap();
+        idx.append(119, 9000).unwrap(); // not increasing: ignored
+        assert_eq!(idx.lookup(99), (100, 0));
+        assert_eq!(idx.lookup(108), (100, 0));
+        assert_eq!(idx.lookup(109), (109, 4096));
+        assert_eq!(idx.lookup(118), (109, 4096));
+        assert_eq!(idx.lookup(500), (119, 8192));
+        drop(idx);
+        let IndexLoad::Loaded(again) = OffsetIndex::load(&path, 100, 10_000).unwrap() else { panic!() };
+        assert_eq!(again.len(), 2);
+        assert_eq!(again.lookup(130), (119, 8192));
+        // An index pointing past the log is refused.
+        assert!(matches!(OffsetIndex::load(&path, 100, 5000).unwrap(), IndexLoad::Corrupt(_)));
+    }
+
+    #[test]
+    fn corrupt_offset_index_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.index");
+        std::fs::write(&path, [0u8; 7]).unwrap();
+        assert!(matches!(OffsetIndex::load(&path, 0, 100).unwrap(), IndexLoad::Corrupt(_)));
+        assert!(matches!(OffsetIndex::load(&dir.path().join("none"), 0, 100).unwrap(), IndexLoad::Corrupt(_)));
+    }
+
+    #[test]
+    fn time_index_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.timeindex");
+        let mut t = TimeIndex::create(&path, 0).unwrap();
+        assert_eq!(t.lookup(5), 0);
+        t.maybe_append(1000, 9).unwrap();
+        t.maybe_append(900, 19).unwrap(); // older timestamp: ignored
+        t.maybe_append(2000, 29).unwrap();
+        assert_eq!(t.lookup(1000), 0);
+        assert_eq!(t.lookup(1001), 9);
+        assert_eq!(t.lookup(5000), 29);
+        assert_eq!(t.last_entry(), Some((2000, 29)));
+        drop(t);
+        let IndexLoad::Loaded(again) = TimeIndex::load(&path, 0).unwrap() else { panic!() };
+        assert_eq!(again.last_entry(), Some((2000, 29)));
+    }
+}

@@ -1,0 +1,403 @@
+//! A partition's log: its ordered segments, offset assignment, roll, retention and recovery.
+//!
+//! Synchronous by design: appends go to the page cache and return; whatever must wait for a disk
+//! (fsync) is handed to the caller as file handles ([`PartitionLog::take_unsynced`]), so this type
+//! stays easy to test and never blocks on a flush.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::record_batch::{self, BatchHeader};
+
+use super::producer_state::{ProducerStates, SequenceCheck};
+use super::segment::{self, Recovery, Segment};
+use super::{FileSlice, LogConfig, StorageError};
+
+/// How long producer state is kept without writes (Kafka's `producer.id.expiration.ms`).
+pub(crate) const PRODUCER_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
+const PRODUCER_SNAPSHOT: &str = "producer.snapshot";
+
+/// Result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+    /// The batch was a retry of one already written; nothing new was stored.
+    pub duplicate: bool,
+    /// Records in the batch.
+    pub records: u32,
+}
+
+/// Result of a read: the bytes to send and the offsets a fetch response reports.
+#[derive(Debug, Clone)]
+pub struct ReadInfo {
+    pub slice: Option<FileSlice>,
+    /// Length of the first batch in `slice` (which always holds it whole); 0 without a slice.
+    pub first_batch_len: u64,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// What a retention pass removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+}
+
+/// What opening a partition found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpenReport {
+    pub segments: usize,
+    pub recovered_batches: u64,
+    pub truncated_bytes: u64,
+}
+
+/// One partition's log. Lives on the shard that owns the partition.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Never empty; the last segment is the active one.
+    segments: BTreeMap<i64, Segment>,
+    producers: ProducerStates,
+    /// Files written since the last sync, with the log end offset they reach.
+    unsynced: Vec<Arc<File>>,
+    unflushed_messages: u64,
+}
+
+impl PartitionLog {
+    /// Creates the directory and an empty first segment.
+    pub fn create(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, StorageError> {
+        std::fs::create_dir_all(dir)?;
+        let segment = Segment::create(dir, 0, config.index_interval_bytes, now_ms)?;
+        let mut segments = BTreeMap::new();
+        segments.insert(0, segment);
+        sync_dir(dir)?;
+        Ok(PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            producers: ProducerStates::default(),
+            unsynced: Vec::new(),
+            unflushed_messages: 0,
+        })
+    }
+
+    /// Opens an existing partition directory (creating it if missing).
+    ///
+    /// After a clean shutdown the indexes and the producer snapshot are loaded as written. After
+    /// a crash the active segment is scanned, every batch checked, a torn tail truncated and the
+    /// indexes rebuilt; producer state is rebuilt from the batch headers of every segment.
+    pub fn open(dir: &Path, config: LogConfig, clean: bool, now_ms: i64) -> Result<(PartitionLog, OpenReport), StorageError> {
+        if !dir.exists() {
+            return Ok((PartitionLog::create(dir, config, now_ms)?, OpenReport { segments: 1, ..Default::default() }));
+        }
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(base) = name.strip_suffix(".log").and_then(|b| b.parse::<i64>().ok()) {
+                bases.push(base);
+            }
+        }
+        if bases.is_empty() {
+            return Ok((PartitionLog::create(dir, config, now_ms)?, OpenReport { segments: 1, ..Default::default() }));
+        }
+        bases.sort_unstable();
+        let mut report = OpenReport::default();
+        let mut segments = BTreeMap::new();
+        let last = *bases.last().expect("non-empty");
+        for base in bases {
+            let trust = clean || base != last;
+            let (segment, Recovery { batches, truncated_bytes }) =
+                Segment::open(dir, base, config.index_interval_bytes, trust, now_ms)?;
+            report.recovered_batches += batches;
+            report.truncated_bytes += truncated_bytes;
+            segments.insert(base, segment);
+        }
+        report.segments = segments.len();
+        let mut log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            producers: ProducerStates::default(),
+            unsynced: Vec::new(),
+            unflushed_messages: 0,
+        };
+        log.producers = match (clean, log.load_producer_snapshot()) {
+            (true, Some(states)) => states,
+            _ => log.rebuild_producer_states(now_ms)?,
+        };
+        let _ = std::fs::remove_file(dir.join(PRODUCER_SNAPSHOT));
+        Ok((log, report))
+    }
+
+    fn load_producer_snapshot(&self) -> Option<ProducerStates> {
+        let text = std::fs::read(self.dir.join(PRODUCER_SNAPSHOT)).ok()?;
+        let snapshot: ProducerSnapshot = serde_json::from_slice(&text).ok()?;
+        (snapshot.log_end_offset == self.log_end_offset()).then_some(snapshot.producers)
+    }
+
+    fn rebuild_producer_states(&self, now_ms: i64) -> io::Result<ProducerStates> {
+        let mut states = ProducerStates::default();
+        for segment in self.segments.values() {
+            segment.for_each_batch(|h| states.record(h, now_ms))?;
+        }
+        Ok(states)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        *self.segments.keys().next().expect("a log always has a segment")
+    }
+
+    /// Offset the next appended record gets. On one node this is also the high watermark.
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.values().next_back().expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.values_mut().next_back().expect("a log always has a segment")
+    }
+
+    /// Validates one record batch, checks the producer's sequence, assigns offsets and writes it.
+    pub fn append(&mut self, batch: &[u8], now_ms: i64) -> Result<AppendInfo, StorageError> {
+        if batch.len() > self.config.max_message_bytes as usize {
+            return Err(StorageError::MessageTooLarge { size: batch.len(), max: self.config.max_message_bytes });
+        }
+        let mut header = record_batch::validate(batch)?;
+        if header.is_control() {
+            return Err(StorageError::ControlBatch);
+        }
+        if header.is_transactional() {
+            return Err(StorageError::Transactional);
+        }
+        if header.has_producer_id() {
+            if let SequenceCheck::Duplicate { base_offset } = self.producers.check(&header)? {
+                return Ok(AppendInfo { base_offset, log_start_offset: self.log_start_offset(), duplicate: true, records: header.records_count as u32 });
+            }
+        }
+        let base_offset = self.log_end_offset();
+        header.base_offset = base_offset;
+        header.partition_leader_epoch = 0;
+        self.maybe_roll(&header, batch.len(), now_ms)?;
+
+        let mut head = [0u8; 16];
+        head[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        head[8..12].copy_from_slice(&batch[8..12]);
+        head[12..16].copy_from_slice(&header.partition_leader_epoch.to_be_bytes());
+        self.active_mut().append(&header, &head, &batch[16..])?;
+        self.producers.record(&header, now_ms);
+        self.unflushed_messages += header.records_count as u64;
+        Ok(AppendInfo { base_offset, log_start_offset: self.log_start_offset(), duplicate: false, records: header.records_count as u32 })
+    }
+
+    /// Starts a new segment when the active one is full, too old, or cannot index the batch's
+    /// offsets (relative offsets are 32-bit).
+    fn maybe_roll(&mut self, header: &BatchHeader, len: usize, now_ms: i64) -> Result<(), StorageError> {
+        let active = self.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let full = active.size() + len as u64 > self.config.segment_bytes;
+        let old = now_ms - active.roll_timestamp > self.config.segment_ms;
+        let offsets = header.last_offset() - active.base_offset > i32::MAX as i64;
+        if full || old || offsets {
+            self.roll(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and opens a new one at the log end offset.
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), StorageError> {
+        let next = self.log_end_offset();
+        let active = self.active_mut();
+        active.seal()?;
+        let files = active.files();
+        self.unsynced.extend(files);
+        let segment = Segment::create(&self.dir, next, self.config.index_interval_bytes, now_ms)?;
+        self.segments.insert(next, segment);
+        Ok(())
+    }
+
+    /// Reads from `offset`: at most `max_bytes`, but with `min_one_batch` always the whole first
+    /// batch, so a consumer makes progress even past a batch larger than its limits (KIP-74).
+    pub fn read(&self, offset: i64, max_bytes: u64, min_one_batch: bool) -> Result<ReadInfo, StorageError> {
+        let start = self.log_start_offset();
+        let end = self.log_end_offset();
+        if offset < start || offset > end {
+            return Err(StorageError::OffsetOutOfRange { requested: offset, start, end });
+        }
+        let mut info = ReadInfo { slice: None, first_batch_len: 0, high_watermark: end, log_start_offset: start };
+        if offset == end || (max_bytes == 0 && !min_one_batch) {
+            return Ok(info);
+        }
+        let first = self.segments.range(..=offset).next_back().map(|(b, _)| *b).unwrap_or(start);
+        for (_, segment) in self.segments.range(first..) {
+            if let Some((slice, first_batch_len)) = segment.read(offset, max_bytes, min_one_batch)? {
+                info.slice = Some(slice);
+                info.first_batch_len = first_batch_len;
+                break;
+            }
+        }
+        Ok(info)
+    }
+
+    /// First record with a timestamp at or after `timestamp`: `(offset, timestamp)`.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
+        for segment in self.segments.values() {
+            if segment.max_timestamp >= timestamp {
+                if let Some(found) = segment.find_timestamp(timestamp)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record with the largest timestamp in the log (ListOffsets MAX_TIMESTAMP).
+    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, StorageError> {
+        let best = self.segments.values().filter(|s| s.max_timestamp >= 0).max_by_key(|s| (s.max_timestamp, -s.base_offset));
+        match best {
+            Some(segment) => Ok(segment.max_timestamp_record()?),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the oldest segments that are past `retention.ms` or beyond `retention.bytes`.
+    /// The active segment is rolled first when everything in it has expired.
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<RetentionReport, StorageError> {
+        let mut report = RetentionReport::default();
+        if self.config.retention_ms >= 0 {
+            let active = self.active();
+            let expired = |s: &Segment| s.max_timestamp >= 0 && now_ms - s.max_timestamp > self.config.retention_ms;
+            if !active.is_empty() && expired(active) && self.segments.values().all(|s| s.is_empty() || expired(s)) {
+                self.roll(now_ms)?;
+            }
+            while self.segments.len() > 1 {
+                let oldest = self.segments.values().next().expect("non-empty");
+                let expired = oldest.max_timestamp >= 0 && now_ms - oldest.max_timestamp > self.config.retention_ms;
+                if !expired {
+                    break;
+                }
+                self.delete_oldest(&mut report)?;
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
+            while self.segments.len() > 1 {
+                let oldest = self.segments.values().next().expect("non-empty").size() as i64;
+                if excess - oldest < 0 {
+                    break;
+                }
+                excess -= oldest;
+                self.delete_oldest(&mut report)?;
+            }
+        }
+        self.producers.expire(now_ms, PRODUCER_EXPIRATION_MS);
+        Ok(report)
+    }
+
+    fn delete_oldest(&mut self, report: &mut RetentionReport) -> Result<(), StorageError> {
+        let base = *self.segments.keys().next().expect("non-empty");
+        let segment = self.segments.remove(&base).expect("present");
+        report.segments_deleted += 1;
+        report.bytes_deleted += segment.size();
+        segment.delete()?;
+        Ok(())
+    }
+
+    /// Messages appended since the last completed flush.
+    pub fn unflushed_messages(&self) -> u64 {
+        self.unflushed_messages
+    }
+
+    /// Everything an fsync must cover to make the current log end durable: files of segments
+    /// rolled since the last sync, and the active segment. Resets the unflushed count.
+    pub fn take_unsynced(&mut self) -> Vec<Arc<File>> {
+        let mut files = std::mem::take(&mut self.unsynced);
+        files.extend(self.active().files());
+        self.unflushed_messages = 0;
+        files
+    }
+
+    /// Syncs everything and writes the producer snapshot, for a clean shutdown.
+    pub fn close(&mut self) -> Result<(), StorageError> {
+        for file in self.take_unsynced() {
+            file.sync_all()?;
+        }
+        let snapshot = ProducerSnapshot { log_end_offset: self.log_end_offset(), producers: self.producers.clone() };
+        let bytes = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
+        write_atomically(&self.dir.join(PRODUCER_SNAPSHOT), &bytes)?;
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Producers with state in this partition.
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ProducerSnapshot {
+    log_end_offset: i64,
+    producers: ProducerStates,
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// fsync a directory so that entries created or renamed in it survive a crash.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Name of a partition's directory, as Kafka names it.
+pub fn partition_dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+#[doc(hidden)]
+pub fn segment_file_name(base_offset: i64) -> String {
+    segment::file_name(base_offset, "log")
+}

@@ -1,0 +1,55 @@
+//! Local partition storage: Kafka's on-disk log format, read back as file slices.
+//!
+//! # Layout
+//!
+//! ```text
+//! <data_dir>/<topic>-<partition>/
+//!     00000000000000000000.log         record batches (v2), as producers sent them
+//!     00000000000000000000.index       sparse offset -> position
+//!     00000000000000000000.timeindex   sparse timestamp -> offset
+//!     producer.snapshot                idempotent-producer state, written at clean shutdown
+//! ```
+//!
+//! [`log::PartitionLog`] is the synchronous core (append, read, roll, retention, recovery);
+//! [`partition::Partition`] wraps it for its owning shard: background fsyncs with group commit
+//! and the log-end watch that wakes long-polling fetches on every shard.
+
+mod error;
+mod index;
+pub mod log;
+pub mod partition;
+mod producer_state;
+mod segment;
+
+use std::fs::File;
+use std::sync::Arc;
+
+pub use error::StorageError;
+pub use log::{AppendInfo, OpenReport, PartitionLog, ReadInfo, RetentionReport};
+pub use partition::Partition;
+pub use producer_state::SequenceError;
+
+/// A byte range of a segment file: what a fetch sends with sendfile(2).
+///
+/// Holding the `Arc<File>` keeps the bytes readable even if retention deletes the segment while
+/// the response is being written.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    pub file: Arc<File>,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// Per-partition log settings (the topic's configs over the broker defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub retention_bytes: i64,
+    pub retention_ms: i64,
+    pub index_interval_bytes: u32,
+    pub max_message_bytes: u32,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,324 @@
+//! Tests of the partition log as a whole: append, read, index lookups, roll, retention and
+//! recovery, against real files in a temporary directory.
+
+use std::os::unix::fs::FileExt;
+
+use kafka_protocol::records::Compression as Codec;
+
+use super::log::PartitionLog;
+use super::{FileSlice, LogConfig, StorageError};
+use crate::record_batch::tests::batch;
+use crate::record_batch::{self, BatchHeader};
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1 << 30,
+        segment_ms: i64::MAX / 2,
+        retention_bytes: -1,
+        retention_ms: -1,
+        index_interval_bytes: 4096,
+        max_message_bytes: 1 << 20,
+    }
+}
+
+fn slice_bytes(slice: &FileSlice) -> Vec<u8> {
+    let mut buf = vec![0u8; slice.len as usize];
+    slice.file.read_exact_at(&mut buf, slice.position).unwrap();
+    buf
+}
+
+/// Base offsets of the whole batches in `bytes`.
+fn batch_offsets(mut bytes: &[u8]) -> Vec<i64> {
+    let mut out = Vec::new();
+    while let Ok(h) = BatchHeader::parse(bytes) {
+        if h.total_len() > bytes.len() {
+            break;
+        }
+        record_batch::validate(&bytes[..h.total_len()]).unwrap();
+        out.push(h.base_offset);
+        bytes = &bytes[h.total_len()..];
+    }
+    out
+}
+
+#[test]
+fn append_assigns_offsets_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    for i in 0..10 {
+        let info = log.append(&batch(3, Codec::None, None, 1000 + i), 0).unwrap();
+        assert_eq!(info.base_offset, i * 3);
+        assert!(!info.duplicate);
+    }
+    assert_eq!(log.log_end_offset(), 30);
+    // From the middle of a batch: the read starts at the batch that holds the offset.
+    let read = log.read(7, 1 << 20, true).unwrap();
+    assert_eq!(read.high_watermark, 30);
+    let offsets = batch_offsets(&slice_bytes(read.slice.as_ref().unwrap()));
+    assert_eq!(offsets, vec![6, 9, 12, 15, 18, 21, 24, 27]);
+    // At the end: nothing, no error.
+    assert!(log.read(30, 1 << 20, true).unwrap().slice.is_none());
+    // Past the end, before the start: out of range.
+    assert!(matches!(log.read(31, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+    assert!(matches!(log.read(-1, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+}
+
+#[test]
+fn max_bytes_and_the_first_batch_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let one = batch(5, Codec::None, None, 0);
+    let len = one.len() as u64;
+    for _ in 0..4 {
+        log.append(&one, 0).unwrap();
+    }
+    // A limit below one batch still returns the whole first batch (KIP-74)...
+    let read = log.read(0, 10, true).unwrap();
+    assert_eq!(read.slice.unwrap().len, len);
+    // ...unless another partition already filled the response.
+    assert!(log.read(0, 0, false).unwrap().slice.is_none());
+    // A limit of 2.5 batches: exactly that many bytes, the tail batch partial.
+    let read = log.read(0, len * 5 / 2, true).unwrap();
+    assert_eq!(read.slice.unwrap().len, len * 5 / 2);
+}
+
+#[test]
+fn index_lookups_across_many_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.index_interval_bytes = 512;
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    for i in 0..500 {
+        log.append(&batch(2, Codec::None, None, i * 10), 0).unwrap();
+    }
+    for target in [0, 1, 2, 377, 998, 999] {
+        let read = log.read(target, 1, true).unwrap();
+        let offsets = batch_offsets(&slice_bytes(read.slice.as_ref().unwrap()));
+        assert_eq!(offsets, vec![target - target % 2], "target {target}");
+    }
+    // Timestamps: batch i holds records at i*10 and i*10+1.
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 0)));
+    assert_eq!(log.offset_for_timestamp(2001).unwrap(), Some((401, 2001)));
+    assert_eq!(log.offset_for_timestamp(2002).unwrap(), Some((402, 2010)));
+    assert_eq!(log.offset_for_timestamp(10_000).unwrap(), None);
+    assert_eq!(log.max_timestamp_record().unwrap(), Some((999, 4991)));
+}
+
+#[test]
+fn timestamps_inside_compressed_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    log.append(&batch(10, Codec::Zstd, None, 100), 0).unwrap();
+    log.append(&batch(10, Codec::Lz4, None, 200), 0).unwrap();
+    assert_eq!(log.offset_for_timestamp(105).unwrap(), Some((5, 105)));
+    assert_eq!(log.offset_for_timestamp(150).unwrap(), Some((10, 200)));
+    assert_eq!(log.max_timestamp_record().unwrap(), Some((19, 209)));
+}
+
+#[test]
+fn rolls_by_size_and_reads_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = batch(4, Codec::None, None, 0);
+    let mut cfg = config();
+    cfg.segment_bytes = one.len() as u64 * 3;
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&path, cfg, 0).unwrap();
+    for _ in 0..10 {
+        log.append(&one, 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 4);
+    let names: Vec<String> = {
+        let mut v: Vec<String> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".log"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names, ["00000000000000000000.log", "00000000000000000012.log", "00000000000000000024.log", "00000000000000000036.log"]);
+    // A read returns data from one segment at a time; a consumer walks across.
+    let mut next = 0;
+    let mut seen = Vec::new();
+    while next < log.log_end_offset() {
+        let read = log.read(next, 1 << 20, true).unwrap();
+        let offsets = batch_offsets(&slice_bytes(read.slice.as_ref().unwrap()));
+        next = offsets.last().unwrap() + 4;
+        seen.extend(offsets);
+    }
+    assert_eq!(seen, (0..10).map(|i| i * 4).collect::<Vec<_>>());
+}
+
+#[test]
+fn rolls_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.segment_ms = 1000;
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    log.append(&batch(1, Codec::None, None, 5_000), 5_000).unwrap();
+    log.append(&batch(1, Codec::None, None, 5_500), 5_500).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append(&batch(1, Codec::None, None, 6_001), 6_001).unwrap();
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn retention_by_size_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = batch(1, Codec::None, None, 0);
+    let mut cfg = config();
+    cfg.segment_bytes = one.len() as u64 * 2;
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    for i in 0..10 {
+        log.append(&batch(1, Codec::None, None, i * 1000), 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 5);
+    // Size: keep at most 5 batches' worth; whole segments go, the active one stays.
+    cfg.retention_bytes = one.len() as i64 * 5;
+    log.set_config(cfg);
+    let report = log.apply_retention(0).unwrap();
+    assert_eq!(report.segments_deleted, 2);
+    assert_eq!(log.log_start_offset(), 4);
+    assert!(matches!(log.read(0, 100, true), Err(StorageError::OffsetOutOfRange { .. })));
+    // Time: segments whose newest record is older than retention.ms go.
+    cfg.retention_bytes = -1;
+    cfg.retention_ms = 3_500;
+    log.set_config(cfg);
+    let report = log.apply_retention(9_000).unwrap();
+    assert_eq!(report.segments_deleted, 1);
+    assert_eq!(log.log_start_offset(), 6);
+    // Everything expired: the active segment is rolled and deleted; the log is empty at its end.
+    let report = log.apply_retention(100_000).unwrap();
+    assert_eq!(report.segments_deleted, 2);
+    assert_eq!(log.log_start_offset(), 10);
+    assert_eq!(log.log_end_offset(), 10);
+    assert_eq!(log.append(&one, 0).unwrap().base_offset, 10);
+}
+
+#[test]
+fn recovers_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    for _ in 0..5 {
+        log.append(&batch(2, Codec::Snappy, None, 0), 0).unwrap();
+    }
+    let full = log.size_bytes();
+    drop(log);
+    // Cut the last batch in half, as a crash mid-write would.
+    let seg = path.join("00000000000000000000.log");
+    let one = batch(2, Codec::Snappy, None, 0).len() as u64;
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(full - one / 2).unwrap();
+    drop(f);
+    let (log, report) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    assert_eq!(report.recovered_batches, 4);
+    assert_eq!(report.truncated_bytes, one - one / 2);
+    assert_eq!(log.log_end_offset(), 8);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), full - one);
+}
+
+#[test]
+fn recovers_from_garbage_and_a_bad_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    for _ in 0..3 {
+        log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+    }
+    let good = log.size_bytes();
+    drop(log);
+    let seg = path.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    // Flip a byte inside the third batch's records: its CRC no longer matches.
+    let one = batch(1, Codec::None, None, 0).len();
+    bytes[2 * one + 70] ^= 0x55;
+    bytes.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+    std::fs::write(&seg, &bytes).unwrap();
+    let (mut log, report) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    assert_eq!(report.recovered_batches, 2);
+    assert_eq!(log.log_end_offset(), 2);
+    assert_eq!(log.size_bytes(), good - one as u64);
+    assert_eq!(log.append(&batch(1, Codec::None, None, 0), 0).unwrap().base_offset, 2);
+}
+
+#[test]
+fn clean_reopen_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let one = batch(3, Codec::Gzip, None, 50);
+    let mut cfg = config();
+    cfg.segment_bytes = one.len() as u64 * 4;
+    cfg.index_interval_bytes = 1;
+    let mut log = PartitionLog::create(&path, cfg, 0).unwrap();
+    for _ in 0..10 {
+        log.append(&one, 0).unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let (log, report) = PartitionLog::open(&path, cfg, true, 0).unwrap();
+    assert_eq!(report.segments, 3);
+    assert_eq!(report.recovered_batches, 0, "a clean open trusts the indexes");
+    assert_eq!(log.log_end_offset(), 30);
+    let read = log.read(13, 1 << 20, true).unwrap();
+    assert_eq!(batch_offsets(&slice_bytes(read.slice.as_ref().unwrap()))[0], 12);
+    assert_eq!(log.max_timestamp_record().unwrap().map(|r| r.1), Some(52));
+}
+
+#[test]
+fn idempotent_producer_dedup_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    let b0 = batch(2, Codec::None, Some((42, 0, 0)), 0);
+    let b1 = batch(2, Codec::None, Some((42, 0, 2)), 0);
+    assert_eq!(log.append(&b0, 0).unwrap().base_offset, 0);
+    assert_eq!(log.append(&b1, 0).unwrap().base_offset, 2);
+    let dup = log.append(&b0, 0).unwrap();
+    assert!(dup.duplicate);
+    assert_eq!(dup.base_offset, 0);
+    assert_eq!(log.log_end_offset(), 4);
+    let gap = batch(1, Codec::None, Some((42, 0, 9)), 0);
+    assert!(matches!(log.append(&gap, 0), Err(StorageError::Sequence(_))));
+    drop(log);
+    // Unclean restart: producer state is rebuilt from the log itself.
+    let (mut log, _) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    assert!(log.append(&b1, 0).unwrap().duplicate);
+    log.close().unwrap();
+    drop(log);
+    // Clean restart: from the snapshot.
+    let (mut log, _) = PartitionLog::open(&path, config(), true, 0).unwrap();
+    assert!(log.append(&b1, 0).unwrap().duplicate);
+    assert_eq!(log.append(&batch(1, Codec::None, Some((42, 0, 4)), 0), 0).unwrap().base_offset, 4);
+}
+
+#[test]
+fn rejects_bad_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.max_message_bytes = 200;
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    let big = batch(5, Codec::None, None, 0);
+    assert!(matches!(log.append(&big, 0), Err(StorageError::MessageTooLarge { .. })));
+    let mut bad = batch(1, Codec::None, None, 0);
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    assert!(matches!(log.append(&bad, 0), Err(StorageError::Batch(_))));
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.size_bytes(), 0);
+}
+
+#[test]
+fn stored_bytes_are_the_producer_bytes_with_offsets_assigned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    log.append(&batch(2, Codec::None, None, 0), 0).unwrap();
+    let sent = batch(3, Codec::Lz4, None, 7);
+    log.append(&sent, 0).unwrap();
+    let read = log.read(2, 1 << 20, true).unwrap();
+    let stored = slice_bytes(read.slice.as_ref().unwrap());
+    assert_eq!(&stored[0..8], &2i64.to_be_bytes());
+    assert_eq!(&stored[8..12], &sent[8..12]);
+    assert_eq!(&stored[12..16], &0i32.to_be_bytes());
+    assert_eq!(&stored[16..], &sent[16..]);
+}
