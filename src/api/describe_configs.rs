@@ -57,7 +57,11 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             Ok(entries) => {
                 let configs = entries
                     .into_iter()
-                    .filter(|e| resource.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| **k == e.name)))
+                    // Null lists every config; so does an empty list (nothing useful to list otherwise).
+                    .filter(|e| match &resource.configuration_keys {
+                        Some(keys) if !keys.is_empty() => keys.iter().any(|k| **k == e.name),
+                        _ => true,
+                    })
                     .map(|e| to_result(e, request.include_synonyms, request.include_documentation))
                     .collect();
                 result = result.with_configs(configs);

@@ -215,15 +215,23 @@ impl PartitionLog {
         Ok(AppendInfo { base_offset, log_start_offset: self.log_start_offset(), duplicate: false, records: header.records_count as u32 })
     }
 
-    /// Starts a new segment when the active one is full, too old, or cannot index the batch's
-    /// offsets (relative offsets are 32-bit).
+    /// Starts a new segment when the active one is full, spans more than segment.ms, or cannot
+    /// index the batch's offsets (relative offsets are 32-bit).
+    ///
+    /// Age is measured as Kafka measures it: the incoming batch's timestamp against the segment's
+    /// first batch timestamp, so replayed or backdated records do not roll a segment per batch;
+    /// wall time since creation only when the segment's records carry no timestamps.
     fn maybe_roll(&mut self, header: &BatchHeader, len: usize, now_ms: i64) -> Result<(), StorageError> {
         let active = self.active();
         if active.is_empty() {
             return Ok(());
         }
         let full = active.size() + len as u64 > self.config.segment_bytes;
-        let old = now_ms - active.roll_timestamp > self.config.segment_ms;
+        let waited = match active.first_timestamp {
+            Some(first) => header.max_timestamp - first,
+            None => now_ms - active.created_ms,
+        };
+        let old = waited > self.config.segment_ms;
         let offsets = header.last_offset() - active.base_offset > i32::MAX as i64;
         if full || old || offsets {
             self.roll(now_ms)?;

@@ -44,9 +44,10 @@ pub(crate) struct Segment {
     /// Largest batch timestamp and the last offset of that batch; -1 when none.
     pub(crate) max_timestamp: i64,
     pub(crate) offset_of_max_timestamp: i64,
-    /// Timestamp that segment.ms counts from: the first batch's max timestamp, or the wall time at
-    /// which the segment was created if that batch had none.
-    pub(crate) roll_timestamp: i64,
+    /// The first batch's max timestamp: segment.ms counts record time from it, as in Kafka.
+    pub(crate) first_timestamp: Option<i64>,
+    /// Wall time the segment was created (or opened), for segments without record timestamps.
+    pub(crate) created_ms: i64,
 }
 
 impl Segment {
@@ -67,7 +68,8 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: -1,
             offset_of_max_timestamp: -1,
-            roll_timestamp: now_ms,
+            first_timestamp: None,
+            created_ms: now_ms,
         })
     }
 
@@ -107,7 +109,8 @@ impl Segment {
                     next_offset: base_offset,
                     max_timestamp: -1,
                     offset_of_max_timestamp: -1,
-                    roll_timestamp: now_ms,
+                    first_timestamp: None,
+            created_ms: now_ms,
                 };
                 if let Some(last) = segment.last_batch()? {
                     segment.next_offset = last.header.last_offset() + 1;
@@ -116,7 +119,7 @@ impl Segment {
                         segment.offset_of_max_timestamp = off;
                     }
                     if let Some(first) = segment.batch_at(0)? {
-                        segment.roll_timestamp = valid_ts(first.max_timestamp).unwrap_or(now_ms);
+                        segment.first_timestamp = valid_ts(first.max_timestamp);
                     }
                     return Ok((segment, Recovery::default()));
                 }
@@ -139,7 +142,8 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: -1,
             offset_of_max_timestamp: -1,
-            roll_timestamp: now_ms,
+            first_timestamp: None,
+            created_ms: now_ms,
         };
         let recovery = segment.rebuild(file_len)?;
         Ok((segment, recovery))
@@ -167,7 +171,7 @@ impl Segment {
                 break;
             }
             if first {
-                self.roll_timestamp = valid_ts(header.max_timestamp).unwrap_or(self.roll_timestamp);
+                self.first_timestamp = valid_ts(header.max_timestamp);
                 first = false;
             }
             self.track(&header, position, total as u32)?;
@@ -258,9 +262,7 @@ impl Segment {
             IoSlice::advance_slices(&mut bufs, n);
         }
         if self.size == 0 {
-            if let Some(ts) = valid_ts(header.max_timestamp) {
-                self.roll_timestamp = ts;
-            }
+            self.first_timestamp = valid_ts(header.max_timestamp);
         }
         self.size += total as u64;
         self.track(header, position, total as u32)

@@ -150,15 +150,17 @@ fn rolls_by_size_and_reads_across_segments() {
 }
 
 #[test]
-fn rolls_by_age() {
+fn rolls_by_age_of_the_records() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config();
     cfg.segment_ms = 1000;
     let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
-    log.append(&batch(1, Codec::None, None, 5_000), 5_000).unwrap();
-    log.append(&batch(1, Codec::None, None, 5_500), 5_500).unwrap();
+    // Old timestamps do not roll every batch: age is record time since the segment's first batch.
+    let years_later = 100_000_000_000;
+    log.append(&batch(1, Codec::None, None, 5_000), years_later).unwrap();
+    log.append(&batch(1, Codec::None, None, 5_500), years_later).unwrap();
     assert_eq!(log.segment_count(), 1);
-    log.append(&batch(1, Codec::None, None, 6_001), 6_001).unwrap();
+    log.append(&batch(1, Codec::None, None, 6_001), years_later).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
 
@@ -321,4 +323,18 @@ fn stored_bytes_are_the_producer_bytes_with_offsets_assigned() {
     assert_eq!(&stored[8..12], &sent[8..12]);
     assert_eq!(&stored[12..16], &0i32.to_be_bytes());
     assert_eq!(&stored[16..], &sent[16..]);
+}
+
+#[test]
+fn reads_span_many_large_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let one = batch(10, Codec::None, None, 0);
+    for _ in 0..5 {
+        log.append(&one, 0).unwrap();
+    }
+    let read = log.read(0, 1 << 20, true).unwrap();
+    assert_eq!(batch_offsets(&slice_bytes(read.slice.as_ref().unwrap())), vec![0, 10, 20, 30, 40]);
+    let read = log.read(25, 1 << 20, true).unwrap();
+    assert_eq!(batch_offsets(&slice_bytes(read.slice.as_ref().unwrap())), vec![20, 30, 40]);
 }
