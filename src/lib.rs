@@ -23,6 +23,7 @@
 
 mod admin;
 mod api;
+pub use api::decode_request;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

@@ -11,7 +11,7 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult, NONE, TABLE};
 use crate::protocol::{encode_frame, Reply, RequestContext};
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ApiVersions, 0, 4);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ApiVersions, ApiVersionsRequest, 0, 4);
 
 async fn handle(_shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ApiVersionsRequest = ctx.decode(body)?;

@@ -12,7 +12,7 @@ use crate::cluster::{self, TopicError};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreatePartitions, 0, 3);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreatePartitions, CreatePartitionsRequest, 0, 3);
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: CreatePartitionsRequest = ctx.decode(body)?;

@@ -16,7 +16,7 @@ use crate::cluster::{self, TopicError};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreateTopics, 2, 7);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreateTopics, CreateTopicsRequest, 2, 7);
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: CreateTopicsRequest = ctx.decode(body)?;

@@ -14,7 +14,7 @@ use crate::cluster;
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteTopics, 1, 6);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteTopics, DeleteTopicsRequest, 1, 6);
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: DeleteTopicsRequest = ctx.decode(body)?;

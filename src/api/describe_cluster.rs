@@ -12,7 +12,7 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeCluster, 0, 2);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeCluster, DescribeClusterRequest, 0, 2);
 
 /// `endpoint_type` values (v1+).
 const BROKERS: i8 = 1;

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, 1, 4);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
 
 /// Resource types (Kafka's `ConfigResource.Type`).
 const TOPIC: i8 = 2;

@@ -24,7 +24,7 @@ use crate::protocol::{Reply, RequestContext};
 use crate::runtime::{Shard, ShardId};
 use crate::storage::{ReadInfo, StorageError};
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Fetch, 4, 18);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Fetch, FetchRequest, 4, 18);
 
 /// Upper bound on how long one fetch may wait, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);

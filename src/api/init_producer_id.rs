@@ -13,7 +13,7 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::InitProducerId, 0, 5);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::InitProducerId, InitProducerIdRequest, 0, 5);
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: InitProducerIdRequest = ctx.decode(body)?;

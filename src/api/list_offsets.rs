@@ -14,7 +14,7 @@ use crate::protocol::RequestContext;
 use crate::runtime::{Shard, ShardId};
 use crate::storage::{PartitionLog, StorageError};
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListOffsets, 1, 10);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListOffsets, ListOffsetsRequest, 1, 10);
 
 /// Special timestamps (Kafka's `ListOffsetsRequest` constants).
 const LATEST: i64 = -1;

@@ -16,7 +16,7 @@ use crate::cluster::{self, TopicError};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Metadata, 0, 13);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Metadata, MetadataRequest, 0, 13);
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: MetadataRequest = ctx.decode(body)?;

@@ -43,6 +43,7 @@ pub(crate) enum Handled {
 
 pub(crate) type HandlerResult = Result<Handled, RequestError>;
 type HandlerFn = fn(Rc<Shard>, RequestContext, Bytes) -> LocalBoxFuture<'static, HandlerResult>;
+type DecodeFn = fn(&RequestContext, Bytes) -> Result<(), RequestError>;
 
 /// An API served by corral.
 pub(crate) struct ApiEntry {
@@ -55,6 +56,8 @@ pub(crate) struct ApiEntry {
     /// features on an old version being listed (spec §10.2: Produce, JoinGroup).
     pub(crate) advertised_min: i16,
     pub(crate) handle: HandlerFn,
+    /// Decodes the request body and drops it (what the handler's first step does).
+    pub(crate) decode: DecodeFn,
 }
 
 /// Every API corral serves.
@@ -76,6 +79,17 @@ pub(crate) fn entry(key: ApiKey) -> Option<&'static ApiEntry> {
     TABLE.iter().find(|e| e.key == key)
 }
 
+/// Decodes a request frame exactly as [`dispatch`] would, without serving it: the header, the
+/// version check and the body. For fuzzing.
+pub fn decode_request(mut frame: Bytes) -> Result<ApiKey, RequestError> {
+    let ctx = RequestContext::parse(&mut frame)?;
+    let entry = entry(ctx.api_key)
+        .filter(|e| (e.min..=e.max).contains(&ctx.api_version))
+        .ok_or(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version })?;
+    (entry.decode)(&ctx, frame)?;
+    Ok(ctx.api_key)
+}
+
 /// Parses a request frame and runs its handler's first stage.
 pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes) -> HandlerResult {
     let ctx = RequestContext::parse(&mut frame)?;
@@ -93,16 +107,17 @@ pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes) -> HandlerResu
 
 /// Builds an [`ApiEntry`] for the `handle` function of the module it is used in.
 macro_rules! api_entry {
-    ($key:expr, $min:expr, $max:expr) => {
-        api_entry!($key, $min, $max, advertised_min = $min)
+    ($key:expr, $request:ty, $min:expr, $max:expr) => {
+        api_entry!($key, $request, $min, $max, advertised_min = $min)
     };
-    ($key:expr, $min:expr, $max:expr, advertised_min = $adv:expr) => {
+    ($key:expr, $request:ty, $min:expr, $max:expr, advertised_min = $adv:expr) => {
         crate::api::ApiEntry {
             key: $key,
             min: $min,
             max: $max,
             advertised_min: $adv,
             handle: |shard, ctx, body| Box::pin(handle(shard, ctx, body)),
+            decode: |ctx, body| ctx.decode::<$request>(body).map(drop),
         }
     };
 }

@@ -2,7 +2,8 @@
 //! partition, and answer once it is stored (and on disk, if the flush policy says so).
 //!
 //! The appends are enqueued to the owning shards in the first stage, so pipelined produce
-//! requests on one connection are appended in the order they were sent.
+//! requests on one connection are appended in the order they were sent. With acks=0 nothing is
+//! written back, unless the produce failed: then the connection is closed, as Kafka does.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -25,7 +26,7 @@ use crate::storage::{AppendInfo, StorageError};
 
 /// Served from v3 (record batch v2); advertised from v0 because librdkafka before 2.11.1 turns
 /// compression off unless Produce v0 is listed (KAFKA-18659).
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Produce, 3, 13, advertised_min = 0);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Produce, ProduceRequest, 3, 13, advertised_min = 0);
 
 /// Zstandard batches need Produce v7+ (KIP-110).
 const ZSTD_MIN_VERSION: i16 = 7;
@@ -93,10 +94,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let reply = shard.node.mesh.call(&shard, target, move |owner| append_all(owner, batch, now)).await;
         replies.insert(target, reply);
     }
-    if request.acks == 0 {
-        return Ok(Handled::Now(Reply::None));
-    }
-
+    let acks = request.acks;
     Ok(Handled::Later(Box::pin(async move {
         let mut results: HashMap<ShardId, Vec<Option<AppendResult>>> = HashMap::with_capacity(replies.len());
         for (target, reply) in replies {
@@ -119,6 +117,12 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                 });
             }
             responses.push(TopicProduceResponse::default().with_name(name).with_topic_id(topic_id).with_partition_responses(partitions));
+        }
+        if acks == 0 {
+            // No response to carry an error: as Kafka does, close the connection so the
+            // producer notices and refreshes its metadata.
+            let failed = responses.iter().flat_map(|t| &t.partition_responses).any(|p| p.error_code != 0);
+            return if failed { Reply::Close("a produce with acks=0 failed") } else { Reply::None };
         }
         ctx.respond(&ProduceResponse::default().with_responses(responses))
     })))

@@ -113,6 +113,10 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
                 tracing::error!(%peer, error = %e, "closing connection");
                 break;
             }
+            Reply::Close(why) => {
+                tracing::debug!(%peer, why, "closing connection");
+                break;
+            }
             Reply::None => Ok(()),
             Reply::Frame(bytes) => socket.write_all(&bytes).await,
             Reply::Chunks(frame) => write_chunks(&shard, &mut socket, frame.chunks, use_sendfile, &mut copy_buf).await,

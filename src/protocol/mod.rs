@@ -102,6 +102,8 @@ pub enum Reply {
     Frame(Bytes),
     /// A frame made of in-memory chunks and segment-file ranges (Fetch).
     Chunks(ChunkedFrame),
+    /// No response, and the connection is closed once earlier responses are written.
+    Close(&'static str),
     /// The response could not be built (a bug, logged); the connection is closed.
     Failed(String),
 }
@@ -124,7 +126,7 @@ impl Reply {
     /// Bytes this reply puts on the wire.
     pub fn wire_len(&self) -> u64 {
         match self {
-            Reply::None | Reply::Failed(_) => 0,
+            Reply::None | Reply::Close(_) | Reply::Failed(_) => 0,
             Reply::Frame(b) => b.len() as u64,
             Reply::Chunks(c) => c.len,
         }

@@ -170,6 +170,9 @@ fn acks_zero_gets_no_response_but_is_stored() {
     let (got, r) = c.recv::<FetchRequest>(11);
     assert_eq!(got, id);
     assert_eq!(r.responses[0].partitions[0].high_watermark, 6);
+    // A failed acks=0 produce closes the connection: the only way to tell the producer.
+    c.send(9, &produce("no-such-topic", 0, batch(1, 5, Compression::None, None), 0));
+    assert!(c.is_closed());
 }
 
 /// The sendfile path and the pread path put identical bytes on the wire.
