@@ -42,6 +42,7 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub storage: StorageConfig,
     pub topics: TopicsConfig,
+    pub groups: GroupsConfig,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -107,6 +108,20 @@ pub struct TopicsConfig {
     pub defaults: TopicDefaults,
 }
 
+/// The group coordinator (Kafka's `group.*` and `offsets.*` broker settings).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroupsConfig {
+    pub offsets_partitions: i32,
+    pub initial_rebalance_delay_ms: u64,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub max_size: i32,
+    pub offset_metadata_max_bytes: u32,
+    pub offsets_retention_minutes: u64,
+    pub offsets_retention_check_interval_ms: u64,
+}
+
 /// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -160,6 +175,21 @@ impl Default for StorageConfig {
 impl Default for TopicsConfig {
     fn default() -> Self {
         TopicsConfig { auto_create: true, default_partitions: 1, max_partitions: 10_000, defaults: TopicDefaults::default() }
+    }
+}
+
+impl Default for GroupsConfig {
+    fn default() -> Self {
+        GroupsConfig {
+            offsets_partitions: 50,
+            initial_rebalance_delay_ms: 3_000,
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            max_size: i32::MAX,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
+        }
     }
 }
 
@@ -248,6 +278,25 @@ impl Config {
                 format!("must be between 1 and topics.max_partitions ({}), got {}", t.max_partitions, t.default_partitions),
             ));
         }
+        let g = &self.groups;
+        if !(1..=1000).contains(&g.offsets_partitions) {
+            return Err(invalid("groups.offsets_partitions", format!("must be between 1 and 1000, got {}", g.offsets_partitions)));
+        }
+        if g.min_session_timeout_ms < 1 || g.min_session_timeout_ms > g.max_session_timeout_ms {
+            return Err(invalid(
+                "groups.min_session_timeout_ms",
+                format!("must be at least 1 and at most groups.max_session_timeout_ms ({})", g.max_session_timeout_ms),
+            ));
+        }
+        if g.max_size < 1 {
+            return Err(invalid("groups.max_size", "must be at least 1"));
+        }
+        if g.offsets_retention_minutes == 0 {
+            return Err(invalid("groups.offsets_retention_minutes", "must be at least 1"));
+        }
+        if g.offsets_retention_check_interval_ms == 0 {
+            return Err(invalid("groups.offsets_retention_check_interval_ms", "must be at least 1"));
+        }
         let d = &t.defaults;
         if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
             return Err(invalid(
@@ -268,6 +317,20 @@ impl Config {
             return Err(invalid("topics.defaults.max_message_bytes", "must be between 1 and 2147483647"));
         }
         Ok(())
+    }
+
+    /// The coordinator state machine's settings.
+    pub fn group_config(&self) -> crate::coordinator::state::GroupConfig {
+        let g = &self.groups;
+        crate::coordinator::state::GroupConfig {
+            min_session_timeout_ms: g.min_session_timeout_ms,
+            max_session_timeout_ms: g.max_session_timeout_ms,
+            initial_rebalance_delay_ms: g.initial_rebalance_delay_ms as i64,
+            max_size: g.max_size as usize,
+            offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
+            offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
+            ..crate::coordinator::state::GroupConfig::default()
+        }
     }
 
     /// Number of shards to run: the configured count, or one per available core.
@@ -341,6 +404,9 @@ mod tests {
         let mut c = Config::default();
         c.topics.default_partitions = 0;
         assert!(c.validate().unwrap_err().to_string().contains("topics.default_partitions"));
+        let mut c = Config::default();
+        c.groups.min_session_timeout_ms = 10_000_000;
+        assert!(c.validate().unwrap_err().to_string().contains("groups.min_session_timeout_ms"));
         let mut c = Config::default();
         c.kafka.advertised = "nohost".into();
         assert!(c.validate().unwrap_err().to_string().contains("kafka.advertised"));

@@ -28,6 +28,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod coordinator;
 pub mod metrics;
 mod net;
 pub mod node;

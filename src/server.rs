@@ -81,6 +81,7 @@ impl Server {
 
         let shards = config.shard_count();
         let catalog = Catalog::load(&meta_dir, shards).map_err(io)?;
+        crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
         let producer_ids = ProducerIds::load(&meta_dir).map_err(io)?;
 
         let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards)

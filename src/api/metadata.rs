@@ -101,5 +101,6 @@ fn describe(shard: &Shard, topic: &Arc<Topic>) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
         .with_topic_id(topic.id)
+        .with_is_internal(crate::cluster::is_internal(&topic.name))
         .with_partitions(partitions)
 }

@@ -15,14 +15,26 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod groups;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use std::rc::Rc;
 
@@ -66,12 +78,23 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     fetch::ENTRY,
     list_offsets::ENTRY,
     metadata::ENTRY,
+    offset_commit::ENTRY,
+    offset_fetch::ENTRY,
+    find_coordinator::ENTRY,
+    join_group::ENTRY,
+    heartbeat::ENTRY,
+    leave_group::ENTRY,
+    sync_group::ENTRY,
+    describe_groups::ENTRY,
+    list_groups::ENTRY,
     api_versions::ENTRY,
     create_topics::ENTRY,
     delete_topics::ENTRY,
     init_producer_id::ENTRY,
     describe_configs::ENTRY,
     create_partitions::ENTRY,
+    delete_groups::ENTRY,
+    offset_delete::ENTRY,
     describe_cluster::ENTRY,
 ];
 
@@ -91,8 +114,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<ApiKey, RequestError> {
 }
 
 /// Parses a request frame and runs its handler's first stage.
-pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes) -> HandlerResult {
-    let ctx = RequestContext::parse(&mut frame)?;
+pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes, peer: std::net::SocketAddr) -> HandlerResult {
+    let mut ctx = RequestContext::parse(&mut frame)?;
+    ctx.peer = Some(peer);
     let Some(entry) = entry(ctx.api_key) else {
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
     };

@@ -71,6 +71,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             } else {
                 match topic.as_ref().map(|t| (t.id, t.partition(p.index))) {
                     None => Slot::Done(failed(p.index, unknown, None)),
+                    Some(_) if topic.as_ref().is_some_and(|t| crate::cluster::is_internal(&t.name)) => {
+                        Slot::Done(failed(p.index, ResponseError::InvalidTopicException, Some("cannot write to an internal topic".into())))
+                    }
                     Some((_, None)) => Slot::Done(failed(p.index, ResponseError::UnknownTopicOrPartition, None)),
                     Some((topic_id, Some(meta))) => match single_batch(p.records, version) {
                         Err((code, message)) => Slot::Done(failed(p.index, code, Some(message))),

@@ -19,6 +19,31 @@ use crate::clock::now_ms;
 use crate::runtime::{Shard, ShardStopped};
 use crate::storage::{Partition, PartitionLog, StorageError};
 
+/// The internal topic holding the group coordinator's records, one partition per coordinator
+/// partition, in Kafka's layout.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Creates `__consumer_offsets` on first start, and refuses a data directory whose partition
+/// count differs from `groups.offsets_partitions` (groups would map to other partitions).
+pub fn ensure_offsets_topic(catalog: &catalog::Catalog, partitions: i32) -> Result<(), String> {
+    match catalog.get(OFFSETS_TOPIC) {
+        Some(t) if t.partitions.len() as i32 == partitions => Ok(()),
+        Some(t) => Err(format!(
+            "invalid config: groups.offsets_partitions: this data directory was created with {} (groups map to partitions by it), got {partitions}",
+            t.partitions.len()
+        )),
+        None => catalog
+            .insert(OFFSETS_TOPIC, partitions, TopicConfig::internal_offsets())
+            .map(drop)
+            .map_err(|e| format!("cannot create {OFFSETS_TOPIC}: {e}")),
+    }
+}
+
+/// Topics clients may read but not write, delete or grow.
+pub fn is_internal(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC
+}
+
 /// Why a topic operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
@@ -36,6 +61,8 @@ pub enum TopicError {
     InvalidConfig(#[from] TopicConfigError),
     #[error("this server does not host this topic")]
     Unknown,
+    #[error("topic '{0}' is internal")]
+    Internal(String),
     #[error("cannot persist the topic catalog: {0}")]
     Catalog(#[from] std::io::Error),
     #[error("cannot open partition storage: {0}")]
@@ -54,6 +81,7 @@ impl TopicError {
             TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
+            TopicError::Internal(_) => ResponseError::InvalidRequest,
             TopicError::Catalog(_) | TopicError::Storage(_) => ResponseError::KafkaStorageError,
             TopicError::ShardStopped(_) => ResponseError::RequestTimedOut,
         }
@@ -99,6 +127,9 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
     let catalog = &shard.node.catalog;
     let _change = catalog.lock().await;
     let topic = catalog.get(name).ok_or(TopicError::Unknown)?;
+    if is_internal(name) {
+        return Err(TopicError::Internal(name.to_string()));
+    }
     let current = topic.partitions.len() as i32;
     if count <= current {
         return Err(TopicError::InvalidPartitions(format!("topic currently has {current} partitions, which is higher than or equal to the requested {count}")));
@@ -115,6 +146,9 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
 
 /// Deletes a topic: removes it from the catalog, then closes and deletes its partitions.
 pub async fn delete_topic(shard: &Rc<Shard>, topic: &Arc<Topic>) -> Result<(), TopicError> {
+    if is_internal(&topic.name) {
+        return Err(TopicError::Internal(topic.name.clone()));
+    }
     let catalog = &shard.node.catalog;
     let _change = catalog.lock().await;
     match catalog.get(&topic.name) {

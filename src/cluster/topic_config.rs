@@ -112,6 +112,13 @@ impl TopicConfig {
         Ok(TopicConfig { overrides })
     }
 
+    /// `__consumer_offsets`: compacted by the coordinator itself (never deleted by retention),
+    /// 100 MiB segments as Kafka's `offsets.topic.segment.bytes`.
+    pub fn internal_offsets() -> TopicConfig {
+        let pairs = [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("retention.bytes", "-1"), ("segment.bytes", "104857600")];
+        TopicConfig { overrides: pairs.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+    }
+
     /// The storage settings of a partition of this topic.
     pub fn log_config(&self, defaults: &TopicDefaults) -> LogConfig {
         let get = |name: &str| self.overrides.get(name).and_then(|v| v.parse::<i64>().ok());

@@ -75,7 +75,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
         shard.metrics.bytes_received(frame.len() as u64 + 4);
         let started = Instant::now();
         let api = frame.get(0..2).and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
-        let (reply, close) = match api::dispatch(&shard, frame).await {
+        let (reply, close) = match api::dispatch(&shard, frame, peer).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
             Err(e) => (PendingReply::Close(e), true),

@@ -37,6 +37,8 @@ pub struct RequestContext {
     pub api_version: i16,
     pub correlation_id: i32,
     pub client_id: Option<StrBytes>,
+    /// The client's address (set by the connection).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl RequestContext {
@@ -56,6 +58,7 @@ impl RequestContext {
             api_version: version,
             correlation_id: header.correlation_id,
             client_id: header.client_id,
+            peer: None,
         })
     }
 

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::mesh::{self, Job, ShardId};
+use crate::coordinator::shell::PartitionRunner;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::storage::{Partition, PartitionLog};
@@ -26,11 +27,19 @@ pub struct Shard {
     pub node: Arc<Node>,
     pub metrics: ShardMetrics,
     partitions: RefCell<HashMap<PartitionKey, Rc<Partition>>>,
+    /// The coordinator partitions this shard owns, by `__consumer_offsets` partition.
+    coordinators: RefCell<HashMap<i32, Rc<PartitionRunner>>>,
 }
 
 impl Shard {
     pub(crate) fn new(id: ShardId, node: Arc<Node>) -> Shard {
-        Shard { id, metrics: ShardMetrics::new(id), node, partitions: RefCell::new(HashMap::new()) }
+        Shard {
+            id,
+            metrics: ShardMetrics::new(id),
+            node,
+            partitions: RefCell::new(HashMap::new()),
+            coordinators: RefCell::new(HashMap::new()),
+        }
     }
 
     pub fn partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
@@ -43,6 +52,16 @@ impl Shard {
 
     pub fn remove_partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
         self.partitions.borrow_mut().remove(&(topic_id, partition))
+    }
+
+    /// This shard's runner for a coordinator partition.
+    pub fn coordinator(&self, partition: i32) -> Option<Rc<PartitionRunner>> {
+        self.coordinators.borrow().get(&partition).cloned()
+    }
+
+    /// Every coordinator partition on this shard.
+    pub fn coordinators(&self) -> Vec<Rc<PartitionRunner>> {
+        self.coordinators.borrow().values().cloned().collect()
     }
 
     pub fn partitions(&self) -> Vec<(PartitionKey, Rc<Partition>)> {
@@ -76,8 +95,28 @@ impl Shard {
         Ok(())
     }
 
+    /// Loads the coordinator partitions this shard owns (their logs are open already).
+    fn load_coordinators(&self) -> Result<(), String> {
+        let node = &self.node;
+        let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
+        for (index, meta) in topic.partitions.iter().enumerate() {
+            if meta.shard != self.id {
+                continue;
+            }
+            let index = index as i32;
+            let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
+            let runner = PartitionRunner::load(index, log, node.config.group_config(), node.config.groups.offsets_retention_check_interval_ms)
+                .map_err(|e| format!("cannot load coordinator partition {index}: {e}"))?;
+            self.coordinators.borrow_mut().insert(index, runner);
+        }
+        Ok(())
+    }
+
     /// Syncs and closes every partition (clean shutdown).
     fn close_partitions(&self) -> Result<(), String> {
+        for runner in self.coordinators.borrow_mut().drain().map(|(_, r)| r) {
+            runner.fail_waiters();
+        }
         let mut first_error = None;
         for ((_, _), partition) in self.partitions.borrow_mut().drain() {
             let mut log = partition.log.borrow_mut();
@@ -120,7 +159,7 @@ pub(crate) fn run(start: ShardStart) -> Result<(), String> {
 async fn serve(start: ShardStart) -> Result<(), String> {
     let ShardStart { id, node, inbox, listener, started, drained, .. } = start;
     let shard = Rc::new(Shard::new(id, node.clone()));
-    if let Err(e) = shard.open_partitions() {
+    if let Err(e) = shard.open_partitions().and_then(|()| shard.load_coordinators()) {
         let _ = started.send(Err(e.clone()));
         drained.wait().await;
         return Err(e);

@@ -329,6 +329,21 @@ impl PartitionLog {
         Ok(report)
     }
 
+    /// Deletes every segment that ends before `offset` (never the active one): the log then
+    /// starts at the first remaining segment. Used to drop what a compaction checkpoint replaced.
+    pub fn delete_segments_before(&mut self, offset: i64) -> Result<RetentionReport, StorageError> {
+        let mut report = RetentionReport::default();
+        while self.segments.len() > 1 {
+            let mut bases = self.segments.keys();
+            let (_, next) = (bases.next(), bases.next().copied());
+            match next {
+                Some(next_base) if next_base <= offset => self.delete_oldest(&mut report)?,
+                _ => break,
+            }
+        }
+        Ok(report)
+    }
+
     fn delete_oldest(&mut self, report: &mut RetentionReport) -> Result<(), StorageError> {
         let base = *self.segments.keys().next().expect("non-empty");
         let segment = self.segments.remove(&base).expect("present");

@@ -79,7 +79,13 @@ fn every_api_answers_at_every_served_version() {
     let server = TestServer::start();
     let mut client = server.client();
     create_topic(&mut client, "versions", 2);
-    let topic_id = client.call(12, &MetadataRequest::default().with_topics(None)).topics[0].topic_id;
+    let topic_id = client
+        .call(12, &MetadataRequest::default().with_topics(None))
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| &*n.0 == "versions"))
+        .unwrap()
+        .topic_id;
 
     for v in 0..=13 {
         let topics = if v >= 1 { Some(vec![MetadataRequestTopic::default().with_name(Some(name("versions")))]) } else { Some(vec![]) };
@@ -189,7 +195,8 @@ fn bad_frames_close_only_their_connection() {
         ("unknown API key", sized(&[0x03, 0xe7, 0, 0, 0, 0, 0, 1, 0xff, 0xff])),
         ("unsupported Metadata version", sized(&[0, 3, 0, 99, 0, 0, 0, 1, 0xff, 0xff])),
         ("Produce v2 (advertised, not served)", sized(&[0, 0, 0, 2, 0, 0, 0, 1, 0xff, 0xff, 0, 1])),
-        ("API corral does not serve (JoinGroup)", sized(&[0, 11, 0, 5, 0, 0, 0, 1, 0xff, 0xff, 1, 2, 3])),
+        ("API corral does not serve (ElectLeaders)", sized(&[0, 43, 0, 2, 0, 0, 0, 1, 0xff, 0xff, 0, 0])),
+        ("JoinGroup with a body cut short", sized(&[0, 11, 0, 5, 0, 0, 0, 1, 0xff, 0xff, 0, 1, b'g'])),
         ("Metadata v0 claiming 2^31 topics", sized(&metadata_v0_huge_array)),
         ("Metadata v12 claiming 2^32 topics", sized(&metadata_v12_huge_compact)),
         ("garbage body", sized(&[0, 19, 0, 7, 0, 0, 0, 1, 0xff, 0xff, 0, 0xde, 0xad, 0xbe, 0xef])),
@@ -200,7 +207,7 @@ fn bad_frames_close_only_their_connection() {
         assert!(bad.is_closed(), "{what}: the connection is closed");
         // The bystander (opened earlier) and a new connection still work.
         let r = bystander.call(1, &MetadataRequest::default().with_topics(None));
-        assert_eq!(r.topics.len(), 1, "{what}: bystander served");
+        assert!(r.topics.iter().any(|t| t.name.as_ref().is_some_and(|n| &*n.0 == "hostile")), "{what}: bystander served");
         let mut fresh = server.client();
         let r = fresh.call(3, &produce("hostile", 0, batch(1, 5, Compression::None, None), 1));
         assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "{what}: new connection served");

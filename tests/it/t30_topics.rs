@@ -44,9 +44,10 @@ fn create_topics_validates_like_kafka() {
     let r = c.call(7, &CreateTopicsRequest::default().with_validate_only(true).with_topics(vec![topic("dry", 1, 1)]));
     assert_eq!(r.topics[0].error_code, 0);
     let all = c.call(9, &MetadataRequest::default().with_topics(None));
-    let mut names: Vec<String> = all.topics.iter().map(|t| t.name.as_ref().unwrap().to_string()).collect();
+    let mut names: Vec<String> = all.topics.iter().filter(|t| !t.is_internal).map(|t| t.name.as_ref().unwrap().to_string()).collect();
     names.sort();
     assert_eq!(names, ["cfg", "ok"]);
+    assert!(all.topics.iter().any(|t| t.is_internal && t.name.as_ref().is_some_and(|n| &*n.0 == "__consumer_offsets")));
     // The override is reported with its source; defaults too.
     let r = c.call(
         4,

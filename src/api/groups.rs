@@ -1,0 +1,44 @@
+//! Routing a group request to its coordinator: group id → coordinator partition (Kafka's
+//! formula) → the shard that owns that partition, reached through the mesh.
+
+use std::rc::Rc;
+
+use kafka_protocol::ResponseError;
+
+use crate::cluster::OFFSETS_TOPIC;
+use crate::coordinator::partition_for;
+use crate::coordinator::shell::PartitionRunner;
+use crate::runtime::{Reply, Shard, ShardStopped};
+
+/// Enqueues `f` on the shard that coordinates `group_id`, in request order; the returned reply
+/// is `None` when no coordinator partition is hosted there (NOT_COORDINATOR).
+pub(crate) async fn call<T, F>(shard: &Rc<Shard>, group_id: &str, f: F) -> Reply<Option<T>>
+where
+    F: FnOnce(&Rc<PartitionRunner>) -> T + Send + 'static,
+    T: Send + Unpin + 'static,
+{
+    let node = &shard.node;
+    let partition = partition_for(group_id, node.config.groups.offsets_partitions);
+    let Some(owner) = node.catalog.get(OFFSETS_TOPIC).and_then(|t| t.partition(partition).map(|p| p.shard)) else {
+        return Reply::Ready(Some(None));
+    };
+    node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| f(&runner))).await
+}
+
+/// Resolves a reply to a value or the coordinator-level error (spec §1.4).
+pub(crate) fn resolve<T>(outcome: Result<Option<T>, ShardStopped>) -> Result<T, ResponseError> {
+    match outcome {
+        Ok(Some(value)) => Ok(value),
+        Ok(None) => Err(ResponseError::NotCoordinator),
+        Err(_) => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
+/// Kafka renders a client's address as Java's `InetAddress.toString()`: `/10.0.0.7`.
+pub(crate) fn client_host(ctx: &crate::protocol::RequestContext) -> String {
+    ctx.peer.map(|p| format!("/{}", p.ip())).unwrap_or_default()
+}
+
+pub(crate) fn client_id(ctx: &crate::protocol::RequestContext) -> String {
+    ctx.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default()
+}

@@ -1,0 +1,52 @@
+//! LeaveGroup (key 13), v0–v5: one member (v0–v2) or a batch (v3+, KIP-345).
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::LeaveGroup, LeaveGroupRequest, 0, 5);
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: LeaveGroupRequest = ctx.decode(body)?;
+    let version = ctx.api_version;
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        request.members.iter().map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string()))).collect()
+    } else {
+        vec![(request.member_id.to_string(), None)]
+    };
+    let group_id = request.group_id.to_string();
+    let listed = members.clone();
+    let pending = groups::call(&shard, &group_id.clone(), move |runner| runner.with_state(|state, now| state.leave(now, &group_id, &listed))).await;
+    Ok(Handled::Later(Box::pin(async move {
+        let (error, codes) = match groups::resolve(pending.await) {
+            Ok(result) => (result.error, result.members),
+            Err(e) => (e.code(), vec![e.code(); members.len()]),
+        };
+        let response = if version >= 3 {
+            LeaveGroupResponse::default().with_error_code(error).with_members(
+                members
+                    .into_iter()
+                    .zip(codes)
+                    .map(|((member, instance), code)| {
+                        MemberResponse::default()
+                            .with_member_id(StrBytes::from_string(member))
+                            .with_group_instance_id(instance.map(StrBytes::from_string))
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        } else {
+            // v0–v2: a top-level error wins, else the single member's.
+            let code = if error != 0 { error } else { codes.first().copied().unwrap_or(0) };
+            LeaveGroupResponse::default().with_error_code(code)
+        };
+        ctx.respond(&response)
+    })))
+}

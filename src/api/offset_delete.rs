@@ -1,0 +1,70 @@
+//! OffsetDelete (key 47), v0 (KIP-496).
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse};
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetDelete, OffsetDeleteRequest, 0, 0);
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: OffsetDeleteRequest = ctx.decode(body)?;
+    let catalog = &shard.node.catalog;
+    // Unknown topics and partitions are answered here; the rest go to the coordinator.
+    let mut layout = Vec::with_capacity(request.topics.len());
+    let mut valid: Vec<(String, Vec<i32>)> = Vec::new();
+    for topic in &request.topics {
+        let known = catalog.get(&topic.name.0);
+        let mut parts = Vec::new();
+        let mut ok = Vec::new();
+        for p in &topic.partitions {
+            if known.as_ref().is_some_and(|t| t.partition(p.partition_index).is_some()) {
+                ok.push(p.partition_index);
+                parts.push((p.partition_index, None));
+            } else {
+                parts.push((p.partition_index, Some(ResponseError::UnknownTopicOrPartition.code())));
+            }
+        }
+        let position = (!ok.is_empty()).then(|| {
+            valid.push((topic.name.to_string(), ok));
+            valid.len() - 1
+        });
+        layout.push((topic.name.clone(), position, parts));
+    }
+    let group_id = request.group_id.to_string();
+    if group_id.is_empty() {
+        let response = OffsetDeleteResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+        return Ok(Handled::Now(ctx.respond(&response)));
+    }
+    let id = group_id.clone();
+    let pending = groups::call(&shard, &group_id, move |runner| runner.with_state(|state, _| state.delete_offsets(&id, &valid))).await;
+    Ok(Handled::Later(Box::pin(async move {
+        let response = match groups::resolve(pending.await) {
+            Err(e) | Ok(Err(e)) => OffsetDeleteResponse::default().with_error_code(e.code()),
+            Ok(Ok(codes)) => OffsetDeleteResponse::default().with_topics(
+                layout
+                    .into_iter()
+                    .map(|(name, position, parts)| {
+                        let mut deleted = position.and_then(|i| codes.get(i)).map(|c| c.iter()).into_iter().flatten();
+                        OffsetDeleteResponseTopic::default().with_name(name).with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(index, error)| {
+                                    let code = error.unwrap_or_else(|| deleted.next().copied().unwrap_or(0));
+                                    OffsetDeleteResponsePartition::default().with_partition_index(index).with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect(),
+            ),
+        };
+        ctx.respond(&response)
+    })))
+}

@@ -1,0 +1,121 @@
+//! OffsetFetch (key 9), v1–v9: one group (v1–v7) or several (v8+, KIP-709). Unknown groups and
+//! partitions answer offset -1 without an error, as Kafka does.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, NONE};
+use crate::coordinator::offsets::FetchedOffset;
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetFetch, OffsetFetchRequest, 1, 9);
+
+type Topics = Option<Vec<(String, Vec<i32>)>>;
+type Fetched = Vec<(String, Vec<FetchedOffset>)>;
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: OffsetFetchRequest = ctx.decode(body)?;
+    let version = ctx.api_version;
+    let wanted: Vec<(GroupId, Topics)> = if version >= 8 {
+        request
+            .groups
+            .into_iter()
+            .map(|g| (g.group_id, g.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect())))
+            .collect()
+    } else {
+        let topics = request.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
+        vec![(request.group_id, topics)]
+    };
+    // Enqueue every group's lookup, then gather.
+    let mut pending = Vec::with_capacity(wanted.len());
+    for (group, topics) in wanted {
+        let id = group.to_string();
+        let asked = topics.clone();
+        let reply = groups::call(&shard, &id.clone(), move |runner| runner.state.borrow().fetch_offsets(&id, asked.as_deref())).await;
+        pending.push((group, topics, reply));
+    }
+    Ok(Handled::Later(Box::pin(async move {
+        let mut results: Vec<(GroupId, Topics, Result<Fetched, i16>)> = Vec::with_capacity(pending.len());
+        for (group, topics, reply) in pending {
+            results.push((group, topics, groups::resolve(reply.await).map_err(|e| e.code())));
+        }
+        ctx.respond(&shape(results, version))
+    })))
+}
+
+fn shape(results: Vec<(GroupId, Topics, Result<Fetched, i16>)>, version: i16) -> OffsetFetchResponse {
+    if version >= 8 {
+        let groups = results
+            .into_iter()
+            .map(|(group, _, result)| {
+                let (error, fetched) = match result {
+                    Ok(f) => (NONE, f),
+                    Err(e) => (e, Vec::new()),
+                };
+                OffsetFetchResponseGroup::default().with_group_id(group).with_error_code(error).with_topics(
+                    fetched
+                        .into_iter()
+                        .map(|(topic, parts)| {
+                            OffsetFetchResponseTopics::default().with_name(TopicName(StrBytes::from_string(topic))).with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, offset, epoch, metadata)| {
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(epoch)
+                                            .with_metadata(Some(StrBytes::from_string(metadata)))
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let (_, requested, result) = results.into_iter().next().expect("one group below v8");
+    let (error, fetched) = match result {
+        Ok(f) => (NONE, f),
+        // v1 has no group-level error: every requested partition carries it.
+        Err(e) if version < 2 => {
+            let parts = requested.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, -1, -1, String::new())).collect()));
+            (e, parts.collect())
+        }
+        Err(e) => (e, Vec::new()),
+    };
+    let partition_error = if version < 2 { error } else { NONE };
+    let topics = fetched
+        .into_iter()
+        .map(|(topic, parts)| {
+            OffsetFetchResponseTopic::default().with_name(TopicName(StrBytes::from_string(topic))).with_partitions(
+                parts
+                    .into_iter()
+                    .map(|(p, offset, epoch, metadata)| {
+                        OffsetFetchResponsePartition::default()
+                            .with_partition_index(p)
+                            .with_committed_offset(offset)
+                            .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
+                            .with_metadata(Some(StrBytes::from_string(metadata)))
+                            .with_error_code(partition_error)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let response = OffsetFetchResponse::default().with_topics(topics);
+    if version >= 2 {
+        response.with_error_code(error)
+    } else {
+        response
+    }
+}

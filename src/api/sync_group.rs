@@ -1,0 +1,61 @@
+//! SyncGroup (key 14), v0–v5: the leader's assignment, stored, then handed to every member.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use crate::coordinator::state::{Response, SyncRequest, SyncResult};
+use crate::protocol::RequestContext;
+use crate::runtime::Shard;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SyncGroup, SyncGroupRequest, 0, 5);
+
+async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: SyncGroupRequest = ctx.decode(body)?;
+    let version = ctx.api_version;
+    // KIP-559: v5 must name the protocol type and name (checked before anything else).
+    if version >= 5 && (request.protocol_type.is_none() || request.protocol_name.is_none()) {
+        let response = shape(SyncResult::error(ResponseError::InconsistentGroupProtocol), version);
+        return Ok(Handled::Now(ctx.respond(&response)));
+    }
+    let sync = SyncRequest {
+        group_id: request.group_id.to_string(),
+        generation: request.generation_id,
+        member_id: request.member_id.to_string(),
+        instance_id: request.group_instance_id.map(|i| i.to_string()),
+        protocol_type: request.protocol_type.map(|p| p.to_string()),
+        protocol_name: request.protocol_name.map(|p| p.to_string()),
+        assignments: request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
+    };
+    let pending = groups::call(&shard, &sync.group_id.clone(), move |runner| {
+        let (token, rx) = runner.waiter();
+        runner.with_state(|state, now| state.sync(now, sync, token));
+        rx
+    })
+    .await;
+    Ok(Handled::Later(Box::pin(async move {
+        let result = match groups::resolve(pending.await) {
+            Ok(rx) => match rx.await {
+                Ok(Response::Sync(result)) => result,
+                _ => SyncResult::error(ResponseError::CoordinatorNotAvailable),
+            },
+            Err(e) => SyncResult::error(e),
+        };
+        ctx.respond(&shape(result, version))
+    })))
+}
+
+fn shape(r: SyncResult, version: i16) -> SyncGroupResponse {
+    let response = SyncGroupResponse::default().with_error_code(r.error).with_assignment(r.assignment);
+    if version >= 5 {
+        response
+            .with_protocol_type(r.protocol_type.map(StrBytes::from_string))
+            .with_protocol_name(r.protocol_name.map(StrBytes::from_string))
+    } else {
+        response
+    }
+}

@@ -1,0 +1,259 @@
+//! Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offset expiration (spec §4).
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::ResponseError;
+
+use super::classic::{touch_session, validate_member};
+use super::group::{ClassicGroup, GroupState, Token};
+use super::records::{GroupRecord, OffsetValue};
+use super::state::{Continuation, CoordinatorState, Response};
+
+const NONE: i16 = 0;
+
+/// OffsetCommit as the state machine sees it (topics already checked against the catalog).
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    pub group_id: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub version: i16,
+    /// v2–v4 `RetentionTimeMs`; -1 = broker default.
+    pub retention_ms: i64,
+    pub offsets: Vec<CommitOffset>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CommitOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// What an offset's age is measured from (§4.6).
+#[derive(Debug, Clone, Copy)]
+enum ExpiryBase {
+    /// The offset's own commit time (simple groups, Stable consumer groups).
+    CommitTime,
+    /// A fixed time: when the group became Empty.
+    Since(i64),
+}
+
+impl ExpiryBase {
+    fn of(self, value: &OffsetValue) -> i64 {
+        match self {
+            ExpiryBase::CommitTime => value.commit_timestamp,
+            ExpiryBase::Since(t) => t,
+        }
+    }
+}
+
+/// One partition of an OffsetFetch answer: `(partition, offset, leader epoch, metadata)`.
+pub type FetchedOffset = (i32, i64, i32, String);
+
+impl CoordinatorState {
+    /// OffsetCommit (§4.1). The answer (one code per offset, in order) arrives as
+    /// `Response::Commit` for `token` once the accepted offsets are stored.
+    pub fn commit(&mut self, now: i64, request: CommitRequest, token: Token) {
+        let n = request.offsets.len();
+        if let Err(e) = self.validate_commit(now, &request) {
+            return self.out.reply(token, Response::Commit(vec![e.code(); n]));
+        }
+        let mut codes = Vec::with_capacity(n);
+        let mut accepted = Vec::with_capacity(n);
+        let expire = (request.version <= 4 && request.retention_ms != -1).then(|| now + request.retention_ms);
+        for o in request.offsets {
+            let metadata = o.metadata.unwrap_or_default();
+            // Kafka measures metadata as Java String.length(): UTF-16 code units.
+            if metadata.encode_utf16().count() > self.config.offset_metadata_max_bytes {
+                codes.push(ResponseError::OffsetMetadataTooLarge.code());
+                continue;
+            }
+            codes.push(NONE);
+            let value = OffsetValue { offset: o.offset, leader_epoch: o.leader_epoch, metadata, commit_timestamp: now, expire_timestamp: expire };
+            accepted.push((o.topic, o.partition, value));
+        }
+        if accepted.is_empty() {
+            return self.out.reply(token, Response::Commit(codes));
+        }
+        let records = accepted
+            .iter()
+            .map(|(topic, partition, value)| GroupRecord::Offset {
+                group: request.group_id.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                value: Some(value.clone()),
+            })
+            .collect();
+        self.out.append(records, Continuation::Commit { group: request.group_id, token, offsets: accepted, codes });
+    }
+
+    /// The group-level checks of OffsetCommit, in Kafka's order (§4.1 steps 5–6).
+    fn validate_commit(&mut self, now: i64, r: &CommitRequest) -> Result<(), ResponseError> {
+        let out = &mut self.out;
+        let Some(group) = self.groups.get_mut(&r.group_id) else {
+            if r.generation < 0 {
+                // A commit from outside any group (assign() users, admin tools): a simple group.
+                self.groups.insert(r.group_id.clone(), ClassicGroup::new(r.group_id.clone(), now));
+                return Ok(());
+            }
+            return Err(if r.version >= 9 { ResponseError::GroupIdNotFound } else { ResponseError::IllegalGeneration });
+        };
+        if group.is(GroupState::Dead) {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        if r.generation < 0 && group.is(GroupState::Empty) {
+            return Ok(());
+        }
+        if r.generation >= 0 || !r.member_id.is_empty() || r.instance_id.is_some() {
+            validate_member(group, &r.member_id, r.instance_id.as_deref())?;
+            if r.generation != group.generation {
+                return Err(ResponseError::IllegalGeneration);
+            }
+        } else if !group.is(GroupState::Empty) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if group.is(GroupState::CompletingRebalance) {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        let id = group.id.clone();
+        if let Some(member) = group.members.get_mut(&r.member_id) {
+            touch_session(&id, member, out, now);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn complete_commit(
+        &mut self,
+        group_id: &str,
+        token: Token,
+        offsets: Vec<(String, i32, OffsetValue)>,
+        codes: Vec<i16>,
+        error: Option<ResponseError>,
+    ) {
+        let codes = match error {
+            Some(e) => codes.iter().map(|&c| if c == NONE { e.code() } else { c }).collect(),
+            None => {
+                if let Some(group) = self.groups.get_mut(group_id) {
+                    for (topic, partition, value) in offsets {
+                        group.offsets.insert((topic, partition), value);
+                    }
+                }
+                codes
+            }
+        };
+        self.out.reply(token, Response::Commit(codes));
+    }
+
+    /// OffsetFetch for one group (§4.2). `topics = None` asks for every committed offset.
+    /// Unknown groups and partitions answer offset -1 without an error, as Kafka does.
+    pub fn fetch_offsets(&self, group_id: &str, topics: Option<&[(String, Vec<i32>)]>) -> Vec<(String, Vec<FetchedOffset>)> {
+        let group = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead));
+        match topics {
+            Some(topics) => topics
+                .iter()
+                .map(|(topic, partitions)| {
+                    let found = partitions
+                        .iter()
+                        .map(|&p| match group.and_then(|g| g.offsets.get(&(topic.clone(), p))) {
+                            Some(v) => (p, v.offset, v.leader_epoch, v.metadata.clone()),
+                            None => (p, -1, -1, String::new()),
+                        })
+                        .collect();
+                    (topic.clone(), found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<&str, Vec<FetchedOffset>> = BTreeMap::new();
+                if let Some(g) = group {
+                    for ((topic, p), v) in &g.offsets {
+                        by_topic.entry(topic).or_default().push((*p, v.offset, v.leader_epoch, v.metadata.clone()));
+                    }
+                }
+                by_topic
+                    .into_iter()
+                    .map(|(topic, mut parts)| {
+                        parts.sort_by_key(|p| p.0);
+                        (topic.to_string(), parts)
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// OffsetDelete (§4.3): per topic, per partition codes; or a group-level error.
+    pub fn delete_offsets(&mut self, group_id: &str, topics: &[(String, Vec<i32>)]) -> Result<Vec<Vec<i16>>, ResponseError> {
+        let group = self.groups.get_mut(group_id).filter(|g| !g.is(GroupState::Dead)).ok_or(ResponseError::GroupIdNotFound)?;
+        let active = matches!(group.state, GroupState::PreparingRebalance | GroupState::CompletingRebalance | GroupState::Stable);
+        if active && group.protocol_type.as_deref() != Some("consumer") {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        let mut tombstones = Vec::new();
+        let mut codes = Vec::with_capacity(topics.len());
+        for (topic, partitions) in topics {
+            if active && group.is_subscribed(topic) {
+                codes.push(vec![ResponseError::GroupSubscribedToTopic.code(); partitions.len()]);
+                continue;
+            }
+            for &p in partitions {
+                if group.offsets.remove(&(topic.clone(), p)).is_some() {
+                    tombstones.push(GroupRecord::Offset { group: group_id.to_string(), topic: topic.clone(), partition: p, value: None });
+                }
+            }
+            codes.push(vec![NONE; partitions.len()]);
+        }
+        if !tombstones.is_empty() {
+            self.out.append(tombstones, Continuation::Nothing);
+        }
+        Ok(codes)
+    }
+
+    /// The offset expiration job (§4.6): tombstones offsets past retention, and deletes Empty
+    /// groups that have no offsets left. Returns how many offsets expired.
+    pub fn expire_offsets(&mut self, now: i64) -> usize {
+        let retention = self.config.offsets_retention_ms;
+        let mut records = Vec::new();
+        let mut dead_groups = Vec::new();
+        let mut expired_count = 0;
+        for group in self.groups.values_mut() {
+            // What an offset's age counts from; None = nothing in this group expires.
+            let base = match (&group.protocol_type, group.state) {
+                (None, _) => Some(ExpiryBase::CommitTime),
+                (Some(_), GroupState::Empty) => Some(ExpiryBase::Since(group.state_timestamp)),
+                (Some(t), GroupState::Stable) if t == "consumer" && group.subscribed_topics.is_some() => Some(ExpiryBase::CommitTime),
+                _ => None,
+            };
+            let Some(base) = base else { continue };
+            let expired: Vec<(String, i32)> = group
+                .offsets
+                .iter()
+                .filter(|((topic, _), v)| {
+                    !(group.state == GroupState::Stable && group.is_subscribed(topic))
+                        && (v.expire_timestamp.is_some_and(|e| now >= e) || now - base.of(v) >= retention)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for (topic, partition) in expired {
+                group.offsets.remove(&(topic.clone(), partition));
+                records.push(GroupRecord::Offset { group: group.id.clone(), topic, partition, value: None });
+                expired_count += 1;
+            }
+            if group.offsets.is_empty() && group.is(GroupState::Empty) && group.pending_members.is_empty() {
+                dead_groups.push(group.id.clone());
+            }
+        }
+        for id in dead_groups {
+            if let Some(mut g) = self.groups.remove(&id) {
+                g.transition(GroupState::Dead, now);
+                records.push(GroupRecord::Group { group: id, value: None });
+            }
+        }
+        if !records.is_empty() {
+            self.out.append(records, Continuation::Nothing);
+        }
+        expired_count
+    }
+}

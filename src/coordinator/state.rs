@@ -1,0 +1,345 @@
+//! The coordinator of one `__consumer_offsets` partition as a pure state machine.
+//!
+//! Every entry point takes `now` (milliseconds) and a request, changes the state, and leaves its
+//! outputs in the [`Outbox`]: responses to parked requests, timers to arm, and records to
+//! append to the partition's log. It never reads the clock, spawns, or touches a socket, so it is
+//! tested by calling it with explicit times, and the shell ([`super::shell`]) drives it for real.
+//!
+//! Records appended are durable state; everything else (parked requests, heartbeat deadlines,
+//! pending members) is volatile, as in Kafka. [`CoordinatorState::replay`] rebuilds the durable
+//! part from the log when the partition is loaded.
+//!
+//! The protocol logic is split by area: [`super::classic`] (join, sync, heartbeat, leave,
+//! timers), [`super::offsets`] (commit, fetch, delete, expiration), [`super::admin`] (list,
+//! describe, delete groups).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::group::{ClassicGroup, GroupState, Member, Token};
+use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata};
+
+/// Group-coordinator settings (Kafka's `group.*` and `offsets.*` broker configs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub initial_rebalance_delay_ms: i64,
+    pub max_size: usize,
+    pub offset_metadata_max_bytes: usize,
+    pub offsets_retention_ms: i64,
+    /// How long a new member may take to complete its first join (KAFKA-7610; Kafka: 5 min).
+    pub new_member_join_timeout_ms: i64,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            max_size: i32::MAX as usize,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            new_member_join_timeout_ms: 300_000,
+        }
+    }
+}
+
+/// Timers the state machine asks for. Each firing is checked against the current state, so a
+/// timer that is no longer relevant does nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TimerKey {
+    /// A member's session (also the 5-minute new-member join timeout).
+    Session { group: String, member: String },
+    /// A MEMBER_ID_REQUIRED member that has not re-joined.
+    Pending { group: String, member: String },
+    /// The join phase: the initial delay or the rebalance timeout.
+    Join { group: String },
+    /// The sync phase (KAFKA-12890).
+    Sync { group: String },
+}
+
+/// A response delivered to a request that was parked or waited for its records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    Join(JoinResult),
+    Sync(SyncResult),
+    /// Per offset of the request, in request order.
+    Commit(Vec<i16>),
+    /// Per group of the request, in request order.
+    DeleteGroups(Vec<i16>),
+}
+
+/// What the state machine wants done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Reply(Token, Response),
+    Timer(TimerKey, i64),
+    /// Append these records; call [`CoordinatorState::appended`] with `id` once they are stored.
+    Append(u64, Vec<GroupRecord>),
+}
+
+/// What to do once an append completes.
+#[derive(Debug)]
+pub(crate) enum Continuation {
+    /// Nothing waits for it (a failure is only logged).
+    Nothing,
+    /// The leader's SyncGroup of `generation`: deliver the assignments.
+    SyncComplete { group: String, generation: i32, assignments: HashMap<String, Bytes> },
+    /// A static member replaced without rebalance: answer its JoinGroup, or undo on failure.
+    StaticRejoin { group: String, token: Token, result: JoinResult, old_member: Box<Member>, new_member_id: String, old_leader: Option<String> },
+    /// Offsets accepted by OffsetCommit: apply them and answer.
+    Commit { group: String, token: Token, offsets: Vec<(String, i32, super::records::OffsetValue)>, codes: Vec<i16> },
+    /// DeleteGroups: answer.
+    DeleteGroups { token: Token, codes: Vec<i16> },
+}
+
+/// Outputs collected during one call into the state machine.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    pub effects: Vec<Effect>,
+    next_append: u64,
+    pub(crate) continuations: HashMap<u64, Continuation>,
+}
+
+impl Outbox {
+    pub(crate) fn reply(&mut self, token: Token, response: Response) {
+        self.effects.push(Effect::Reply(token, response));
+    }
+
+    pub(crate) fn timer(&mut self, key: TimerKey, deadline: i64) {
+        self.effects.push(Effect::Timer(key, deadline));
+    }
+
+    pub(crate) fn append(&mut self, records: Vec<GroupRecord>, then: Continuation) {
+        self.next_append += 1;
+        let id = self.next_append;
+        self.continuations.insert(id, then);
+        self.effects.push(Effect::Append(id, records));
+    }
+
+    /// Takes the effects produced so far.
+    pub fn drain(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+}
+
+/// JoinGroup as the state machine sees it.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub version: i16,
+}
+
+/// A JoinGroup answer, before version shaping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResult {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub skip_assignment: bool,
+    pub member_id: String,
+    /// Only for the leader: every member with its metadata for the selected protocol.
+    pub members: Vec<JoinedMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+impl JoinResult {
+    pub fn error(error: ResponseError, member_id: &str) -> JoinResult {
+        JoinResult {
+            error: error.code(),
+            generation: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            skip_assignment: false,
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncRequest {
+    pub group_id: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncResult {
+    pub error: i16,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    pub fn error(error: ResponseError) -> SyncResult {
+        SyncResult { error: error.code(), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+    }
+}
+
+/// The coordinator of one partition. Lives on the shard that owns the partition.
+#[derive(Debug)]
+pub struct CoordinatorState {
+    pub config: GroupConfig,
+    pub groups: HashMap<String, ClassicGroup>,
+    pub out: Outbox,
+}
+
+impl CoordinatorState {
+    pub fn new(config: GroupConfig) -> CoordinatorState {
+        CoordinatorState { config, groups: HashMap::new(), out: Outbox::default() }
+    }
+
+    /// Applies one record read back from the log (partition load).
+    pub fn replay(&mut self, record: GroupRecord, now: i64) {
+        match record {
+            GroupRecord::Offset { group, topic, partition, value } => {
+                let g = self.groups.entry(group.clone()).or_insert_with(|| ClassicGroup::new(group, now));
+                match value {
+                    Some(v) => {
+                        g.offsets.insert((topic, partition), v);
+                    }
+                    None => {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            GroupRecord::Group { group, value: None } => {
+                self.groups.remove(&group);
+            }
+            GroupRecord::Group { group, value: Some(v) } => {
+                let offsets = self.groups.remove(&group).map(|g| g.offsets).unwrap_or_default();
+                let mut g = ClassicGroup::new(group, now);
+                g.offsets = offsets;
+                g.generation = v.generation;
+                g.protocol_type = (!v.protocol_type.is_empty()).then_some(v.protocol_type);
+                g.protocol_name = v.protocol.filter(|p| !p.is_empty());
+                g.leader = v.leader.filter(|l| !l.is_empty());
+                g.state_timestamp = if v.state_timestamp >= 0 { v.state_timestamp } else { now };
+                for m in v.members {
+                    let protocol = g.protocol_name.clone().unwrap_or_default();
+                    if let Some(instance) = &m.instance_id {
+                        g.static_members.insert(instance.clone(), m.member_id.clone());
+                    }
+                    g.members.insert(
+                        m.member_id.clone(),
+                        Member {
+                            id: m.member_id,
+                            instance_id: m.instance_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            rebalance_timeout_ms: m.rebalance_timeout_ms,
+                            session_timeout_ms: m.session_timeout_ms,
+                            protocols: vec![(protocol, m.subscription)],
+                            assignment: m.assignment,
+                            awaiting_join: None,
+                            awaiting_sync: None,
+                            is_new: false,
+                            session_deadline: None,
+                        },
+                    );
+                }
+                g.state = if g.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+                g.previous_state = g.state;
+                g.update_subscribed_topics();
+                self.groups.insert(g.id.clone(), g);
+            }
+        }
+    }
+
+    /// After loading: start every member's session, as Kafka does for a freshly loaded group.
+    pub fn start_sessions(&mut self, now: i64) {
+        let mut timers = Vec::new();
+        for g in self.groups.values_mut() {
+            for m in g.members.values_mut() {
+                let deadline = now + m.session_timeout_ms as i64;
+                m.session_deadline = Some(deadline);
+                timers.push((TimerKey::Session { group: g.id.clone(), member: m.id.clone() }, deadline));
+            }
+        }
+        for (key, deadline) in timers {
+            self.out.timer(key, deadline);
+        }
+    }
+
+    /// Continues whatever waited for append `id`. `error` is the code to report if it failed.
+    pub fn appended(&mut self, now: i64, id: u64, error: Option<ResponseError>) {
+        let Some(then) = self.out.continuations.remove(&id) else { return };
+        match then {
+            Continuation::Nothing => {}
+            Continuation::SyncComplete { group, generation, assignments } => {
+                self.complete_sync(now, &group, generation, assignments, error)
+            }
+            Continuation::StaticRejoin { group, token, result, old_member, new_member_id, old_leader } => {
+                self.complete_static_rejoin(now, &group, token, result, *old_member, new_member_id, old_leader, error)
+            }
+            Continuation::Commit { group, token, offsets, codes } => self.complete_commit(&group, token, offsets, codes, error),
+            Continuation::DeleteGroups { token, codes } => {
+                let codes = match error {
+                    None => codes,
+                    Some(e) => codes.iter().map(|&c| if c == 0 { e.code() } else { c }).collect(),
+                };
+                self.out.reply(token, Response::DeleteGroups(codes));
+            }
+        }
+    }
+
+    /// The group's metadata record, as written at SyncGroup completion.
+    pub(crate) fn group_record(group: &ClassicGroup, assignments: Option<&HashMap<String, Bytes>>) -> GroupRecord {
+        let protocol = group.protocol_name.clone();
+        let members = group
+            .members
+            .values()
+            .map(|m| MemberMetadata {
+                member_id: m.id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                subscription: protocol.as_deref().map(|p| m.metadata_for(p)).unwrap_or_default(),
+                assignment: match assignments {
+                    Some(a) => a.get(&m.id).cloned().unwrap_or_default(),
+                    None => m.assignment.clone(),
+                },
+            })
+            .collect();
+        GroupRecord::Group {
+            group: group.id.clone(),
+            value: Some(GroupMetadataValue {
+                protocol_type: group.protocol_type.clone().unwrap_or_default(),
+                generation: group.generation,
+                protocol,
+                leader: group.leader.clone(),
+                state_timestamp: group.state_timestamp,
+                members,
+            }),
+        }
+    }
+}
