@@ -14,3 +14,4 @@ mod t10_protocol;
 mod t20_produce_fetch;
 mod t30_topics;
 mod t40_restart;
+mod t50_groups;
