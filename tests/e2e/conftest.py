@@ -1,0 +1,327 @@
+"""Fixtures for corral's end-to-end tests: a real `corral serve` process per test.
+
+Each server gets its own temporary data directory and its own ports on 127.0.0.1. It is started
+with port 0 for both listeners and the real ports are read from the startup log line
+(`corral is serving kafka=127.0.0.1:N admin=127.0.0.1:M ...`), so there is no window in which
+another process could take a port picked in advance. A restart reuses the same ports and data
+directory, as an operator restarting a broker would.
+
+The server's stderr goes to a file next to its data directory; when a test fails, the end of that
+file is attached to the test report. Every server is stopped by its PID at teardown.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_BINARY = REPO / "target" / "debug" / "corral"
+
+# Generous upper bounds: they only matter when something is wrong.
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+SERVING = re.compile(r"corral is serving kafka=(\S+):(\d+) admin=(\S+):(\d+)")
+
+# Every process started here, so that even an interrupted run leaves none behind.
+_LIVE: dict[int, subprocess.Popen] = {}
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pid, proc in list(_LIVE.items()):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _LIVE.pop(pid, None)
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+class CorralServer:
+    """One `corral serve` process (and its successors after restarts) on one data directory."""
+
+    def __init__(self, binary: Path, workdir: Path, config: str | None = None, extra_args: list[str] | None = None):
+        self.binary = binary
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = workdir / "data"
+        self.log_path = workdir / "corral.stderr.log"
+        self.config_path: Path | None = None
+        if config is not None:
+            self.config_path = workdir / "corral.toml"
+            self.config_path.write_text(config)
+        self.extra_args = list(extra_args or [])
+        self.kafka_port = 0
+        self.admin_port = 0
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        # Byte offset in the log file where the current run's output begins.
+        self._run_log_offset = 0
+
+    # --- addresses -------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.kafka_port, "server was never started"
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def admin(self) -> str:
+        assert self.admin_port, "server was never started"
+        return f"127.0.0.1:{self.admin_port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "server was never started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    # --- logs ------------------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        """Everything every run of this server wrote to stderr, without colour codes."""
+        try:
+            return strip_ansi(self.log_path.read_bytes().decode("utf-8", "replace"))
+        except FileNotFoundError:
+            return ""
+
+    def run_log_text(self) -> str:
+        """What the current (or last) run wrote."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._run_log_offset)
+                return strip_ansi(f.read().decode("utf-8", "replace"))
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 300) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        args = [
+            str(self.binary),
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            f"127.0.0.1:{self.kafka_port}",
+            "--admin-listen",
+            f"127.0.0.1:{self.admin_port}",
+        ]
+        if self.config_path is not None:
+            args += ["--config", str(self.config_path)]
+        return args + self.extra_args
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "CorralServer":
+        """Starts the server and returns once /health/ready answers 200."""
+        assert not self.alive(), "server is already running"
+        self.starts += 1
+        args = self.command()
+        with open(self.log_path, "ab") as log:
+            self._run_log_offset = log.tell()
+            log.write(f"==== e2e: start #{self.starts}: {' '.join(args)}\n".encode())
+            log.flush()
+            env = dict(os.environ)
+            env.setdefault("CORRAL_LOG", "info")
+            env["NO_COLOR"] = "1"
+            self.proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
+            )
+        _LIVE[self.proc.pid] = self.proc
+        self._wait_serving(timeout)
+        return self
+
+    def _wait_serving(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise AssertionError(f"corral exited with code {rc} during startup:\n{self.run_log_text()}")
+            m = SERVING.search(self.run_log_text())
+            if m:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"corral did not log 'corral is serving' within {timeout}s:\n{self.run_log_text()}")
+            time.sleep(0.02)
+        kafka_port, admin_port = int(m.group(2)), int(m.group(4))
+        assert m.group(1) == "127.0.0.1" and m.group(3) == "127.0.0.1", m.group(0)
+        if self.kafka_port:
+            assert kafka_port == self.kafka_port, f"restarted on another port: {m.group(0)}"
+            assert admin_port == self.admin_port, f"restarted on another port: {m.group(0)}"
+        self.kafka_port, self.admin_port = kafka_port, admin_port
+        while True:
+            status = None
+            try:
+                status, _ = self.http_get("/health/ready", timeout=2.0)
+            except OSError:
+                pass
+            if status == 200:
+                return
+            rc = self.proc.poll()
+            if rc is not None:
+                raise AssertionError(f"corral exited with code {rc} during startup:\n{self.run_log_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"/health/ready not 200 within {timeout}s (last status {status}):\n{self.run_log_text()}")
+            time.sleep(0.02)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Graceful stop: SIGTERM, then asserts the process exits with code 0 within `timeout`."""
+        assert self.alive(), "server is not running"
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"corral did not exit within {timeout}s of SIGTERM:\n{self.run_log_text()}")
+        finally:
+            _LIVE.pop(self.proc.pid, None)
+        assert rc == 0, f"corral exited with code {rc} after SIGTERM, expected 0:\n{self.run_log_text()}"
+        return rc
+
+    def kill9(self) -> int:
+        """Crash: SIGKILL, no chance to flush or write the clean-shutdown marker."""
+        assert self.alive(), "server is not running"
+        self.proc.kill()
+        rc = self.proc.wait(STOP_TIMEOUT_S)
+        _LIVE.pop(self.proc.pid, None)
+        return rc
+
+    def restart(self, timeout: float = START_TIMEOUT_S) -> "CorralServer":
+        """Stops the server gracefully if it runs, then starts it on the same data dir and ports."""
+        if self.alive():
+            self.stop()
+        return self.start(timeout)
+
+    def teardown(self) -> None:
+        """Stops the process by its PID whatever state the test left it in.
+
+        A server still running is stopped with SIGTERM and must exit 0: every test thereby also
+        checks that corral shuts down cleanly after the traffic it saw. It is killed if it hangs.
+        """
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                _LIVE.pop(self.proc.pid, None)
+                raise AssertionError(f"corral did not exit within {STOP_TIMEOUT_S}s of SIGTERM at teardown")
+            _LIVE.pop(self.proc.pid, None)
+            assert rc == 0, f"corral exited with code {rc} after SIGTERM at teardown, expected 0"
+        _LIVE.pop(self.proc.pid, None)
+
+    # --- admin HTTP ------------------------------------------------------------------------
+
+    def http_get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
+        """GET on the admin listener: (status, body). HTTP error statuses are returned, not raised."""
+        url = f"http://{self.admin}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return resp.status, resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode("utf-8", "replace")
+
+
+def _build_binary() -> Path:
+    override = os.environ.get("CORRAL_BIN")
+    if override:
+        path = Path(override)
+    else:
+        path = DEFAULT_BINARY
+        cargo = shutil.which("cargo")
+        if cargo:
+            # A no-op when scripts/test.sh has just built it; keeps a direct pytest run honest.
+            build = subprocess.run(
+                [cargo, "build", "--bins", "--quiet"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            if build.returncode != 0:
+                pytest.fail(f"`cargo build --bins` failed:\n{build.stdout.decode(errors='replace')}", pytrace=False)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(
+            f"corral binary not found at {path}: build it with `cargo build --bins` "
+            "(scripts/test.sh does) or point CORRAL_BIN at one",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def corral_bin() -> Path:
+    return _build_binary()
+
+
+@pytest.fixture
+def corral_factory(corral_bin, tmp_path, request):
+    """Makes servers: `corral_factory(config=None, start=True, name="server")`.
+
+    `config` is the text of a TOML config file (only the keys it changes).
+    """
+    servers: list[CorralServer] = []
+    request.node._corral_servers = servers
+
+    def make(config: str | None = None, start: bool = True, name: str | None = None, extra_args=None) -> CorralServer:
+        name = name or f"server{len(servers)}"
+        server = CorralServer(corral_bin, tmp_path / name, config=config, extra_args=extra_args)
+        servers.append(server)
+        if start:
+            server.start()
+        return server
+
+    yield make
+    errors = []
+    for server in servers:
+        try:
+            server.teardown()
+        except AssertionError as e:
+            errors.append(f"{server.workdir.name}: {e}")
+    assert not errors, "; ".join(errors)
+
+
+@pytest.fixture
+def corral(corral_factory) -> CorralServer:
+    """A running server with the default configuration."""
+    return corral_factory()
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    """A topic name unique to this test (and to this run)."""
+    import uuid
+
+    base = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name).strip("-")[:60]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        for server in getattr(item, "_corral_servers", []):
+            report.sections.append((f"corral stderr ({server.log_path})", server.log_tail() or "(empty)"))
+    return report

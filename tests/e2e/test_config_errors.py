@@ -1,0 +1,136 @@
+"""Configuration errors: refused before anything is bound or created, with the key named."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+EXIT_CONFIG = 2
+
+
+def run(binary, *args, cwd=None, timeout=30) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd=cwd, text=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_check_config_accepts_the_reference_file(corral_bin):
+    res = run(corral_bin, "check-config", str(REPO / "config" / "corral.toml"))
+    assert res.returncode == 0, res.stderr
+    assert "valid" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("[kafka]\nlisten_address = \"127.0.0.1:9092\"\n", "listen_address"),
+        ("[storage]\nflush_every = 5\n", "flush_every"),
+        ("[topics.defaults]\nretention_hours = 24\n", "retention_hours"),
+        ("[no_such_section]\nx = 1\n", "no_such_section"),
+    ],
+    ids=["kafka", "storage", "topics.defaults", "section"],
+)
+def test_check_config_rejects_unknown_key(corral_bin, tmp_path, text, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    res = run(corral_bin, "check-config", str(cfg))
+    assert res.returncode == EXIT_CONFIG, f"exit {res.returncode}: {res.stdout}{res.stderr}"
+    assert key in res.stderr, f"the message does not name {key!r}: {res.stderr}"
+
+
+def test_check_config_rejects_out_of_range_value(corral_bin, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[kafka]\nmax_frame_bytes = 10\n")
+    res = run(corral_bin, "check-config", str(cfg))
+    assert res.returncode == EXIT_CONFIG
+    assert "kafka.max_frame_bytes" in res.stderr
+
+
+def test_serve_with_out_of_range_value_binds_nothing(corral_bin, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[kafka]\nmax_frame_bytes = 10\n")
+    kafka_port, admin_port = free_port(), free_port()
+    data_dir = tmp_path / "data"
+    res = run(
+        corral_bin, "serve", "--config", str(cfg), "--data-dir", str(data_dir),
+        "--listen", f"127.0.0.1:{kafka_port}", "--admin-listen", f"127.0.0.1:{admin_port}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == EXIT_CONFIG, f"exit {res.returncode}: {res.stderr}"
+    assert "kafka.max_frame_bytes" in res.stderr
+    assert "corral is serving" not in res.stderr
+    assert port_is_free(kafka_port) and port_is_free(admin_port)
+    assert not data_dir.exists(), "the data directory is created only after the config is accepted"
+
+
+def test_serve_validates_before_binding(corral_bin, tmp_path):
+    """With both ports already taken, a bad config is still reported as the config error: corral
+    never got as far as binding."""
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[kafka]\nmax_frame_bytes = 10\n")
+    with socket.socket() as k, socket.socket() as a:
+        k.bind(("127.0.0.1", 0))
+        k.listen()
+        a.bind(("127.0.0.1", 0))
+        a.listen()
+        res = run(
+            corral_bin, "serve", "--config", str(cfg), "--data-dir", str(tmp_path / "data"),
+            "--listen", f"127.0.0.1:{k.getsockname()[1]}", "--admin-listen", f"127.0.0.1:{a.getsockname()[1]}",
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert res.returncode == EXIT_CONFIG, f"exit {res.returncode}: {res.stderr}"
+    assert "kafka.max_frame_bytes" in res.stderr
+    assert "cannot listen" not in res.stderr
+
+
+def test_serve_with_unknown_key_exits_2(corral_bin, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[runtime]\nthreads = 4\n")
+    res = run(
+        corral_bin, "serve", "--config", str(cfg), "--data-dir", str(tmp_path / "data"),
+        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == EXIT_CONFIG, f"exit {res.returncode}: {res.stderr}"
+    assert "threads" in res.stderr
+
+
+def test_serve_with_port_in_use_fails_and_names_the_key(corral_bin, tmp_path):
+    with socket.socket() as k:
+        k.bind(("127.0.0.1", 0))
+        k.listen()
+        res = run(
+            corral_bin, "serve", "--data-dir", str(tmp_path / "data"),
+            "--listen", f"127.0.0.1:{k.getsockname()[1]}", "--admin-listen", "127.0.0.1:0",
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert res.returncode != 0
+    assert "kafka.listen" in res.stderr, res.stderr
+
+
+def test_second_server_on_the_same_data_dir_is_refused(corral, corral_bin):
+    res = run(
+        corral_bin, "serve", "--data-dir", str(corral.data_dir),
+        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "in use" in res.stderr, res.stderr
+    assert corral.alive() and corral.http_get("/health/ready")[0] == 200
