@@ -91,6 +91,10 @@ impl Server {
         let admin_addr = admin_listener.local_addr().map_err(io)?;
 
         let advertised = config.advertised_host_port(kafka_addr);
+        let coordinator_shards = catalog
+            .get(crate::cluster::OFFSETS_TOPIC)
+            .map(|t| t.partitions.iter().map(|p| p.shard).collect())
+            .unwrap_or_default();
         let (mesh, inboxes) = Mesh::new(shards, config.runtime.mesh_queue_capacity);
         let node = Arc::new(Node {
             node_id: config.node.id,
@@ -102,6 +106,7 @@ impl Server {
             producer_ids,
             shutdown: Default::default(),
             clean_start,
+            coordinator_shards,
             ready: Default::default(),
         });
         let shards = crate::runtime::start(node.clone(), inboxes, listeners).map_err(StartError::Shard)?;

@@ -5,7 +5,6 @@ use std::rc::Rc;
 
 use kafka_protocol::ResponseError;
 
-use crate::cluster::OFFSETS_TOPIC;
 use crate::coordinator::partition_for;
 use crate::coordinator::shell::PartitionRunner;
 use crate::runtime::{Reply, Shard, ShardStopped};
@@ -19,7 +18,7 @@ where
 {
     let node = &shard.node;
     let partition = partition_for(group_id, node.config.groups.offsets_partitions);
-    let Some(owner) = node.catalog.get(OFFSETS_TOPIC).and_then(|t| t.partition(partition).map(|p| p.shard)) else {
+    let Some(&owner) = node.coordinator_shards.get(partition as usize) else {
         return Reply::Ready(Some(None));
     };
     node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| f(&runner))).await
