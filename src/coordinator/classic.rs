@@ -8,7 +8,7 @@ use kafka_protocol::ResponseError;
 
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
-    Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest,
+    Continuation, MAX_ID_BYTES, MEMBER_ID_PREFIX_BYTES, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest,
     SyncResult, TimerKey,
 };
 
@@ -35,7 +35,8 @@ impl CoordinatorState {
     pub fn join(&mut self, now: i64, request: JoinRequest, token: Token) {
         let cfg = &self.config;
         let out = &mut self.out;
-        if request.group_id.is_empty() {
+        let too_long = |id: &str| id.len() > MAX_ID_BYTES;
+        if request.group_id.is_empty() || too_long(&request.group_id) || request.instance_id.as_deref().is_some_and(too_long) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidGroupId, &request.member_id)));
         }
         if !(cfg.min_session_timeout_ms..=cfg.max_session_timeout_ms).contains(&request.session_timeout_ms) {
@@ -328,6 +329,18 @@ impl CoordinatorState {
     }
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// Capacity rule of `group.max.size` (§3.3 step 2).
 fn accepts_joining_member(group: &ClassicGroup, member_id: &str, max: usize) -> bool {
     match group.state {
@@ -361,7 +374,7 @@ fn join_new_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig
     if !group.supports(&request.protocol_type, &request.protocols) {
         return out.reply(token, Response::Join(JoinResult::error(ResponseError::InconsistentGroupProtocol, &request.member_id)));
     }
-    let prefix = request.instance_id.as_deref().unwrap_or(&request.client_id);
+    let prefix = truncate(request.instance_id.as_deref().unwrap_or(&request.client_id), MEMBER_ID_PREFIX_BYTES);
     let member_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
     match &request.instance_id {
         Some(instance) => match group.static_members.get(instance).cloned() {

@@ -59,6 +59,9 @@ impl CoordinatorState {
     /// `Response::Commit` for `token` once the accepted offsets are stored.
     pub fn commit(&mut self, now: i64, request: CommitRequest, token: Token) {
         let n = request.offsets.len();
+        if request.group_id.len() > super::state::MAX_ID_BYTES {
+            return self.out.reply(token, Response::Commit(vec![ResponseError::InvalidGroupId.code(); n]));
+        }
         if let Err(e) = self.validate_commit(now, &request) {
             return self.out.reply(token, Response::Commit(vec![e.code(); n]));
         }

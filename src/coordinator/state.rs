@@ -21,6 +21,13 @@ use kafka_protocol::ResponseError;
 use super::group::{ClassicGroup, GroupState, Member, Token};
 use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata};
 
+/// Longest group id or group instance id accepted (bytes). Kafka sets no limit, but its record
+/// keys store them as 16-bit-length strings; corral refuses longer ones up front.
+pub const MAX_ID_BYTES: usize = 16 * 1024;
+
+/// Member ids are `<client id or instance id>-<uuid>`; the prefix is cut to this many bytes.
+pub(crate) const MEMBER_ID_PREFIX_BYTES: usize = 1024;
+
 /// Group-coordinator settings (Kafka's `group.*` and `offsets.*` broker configs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupConfig {

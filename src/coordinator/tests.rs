@@ -452,6 +452,10 @@ fn join_errors() {
     assert_eq!(h.join_reply(token).error, ResponseError::InconsistentGroupProtocol.code(), "no protocols on an empty group");
     let t = h.join("missing", "some-id", None, 5);
     assert_eq!(h.join_reply(t).error, ResponseError::UnknownMemberId.code());
+    let t = h.join(&"g".repeat(super::state::MAX_ID_BYTES + 1), "", None, 5);
+    assert_eq!(h.join_reply(t).error, ResponseError::InvalidGroupId.code(), "oversized group id");
+    let t = h.join("g", "", Some(&"i".repeat(super::state::MAX_ID_BYTES + 1)), 5);
+    assert_eq!(h.join_reply(t).error, ResponseError::InvalidGroupId.code(), "oversized instance id");
 
     let (a, _) = h.stable_single("s");
     let t = h.join_with("s", "", None, 5, vec![("roundrobin".into(), Bytes::new())]);
