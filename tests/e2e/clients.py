@@ -1,8 +1,9 @@
 """Small helpers over confluent-kafka shared by the end-to-end tests.
 
-Consumers here never join a group (corral has no group coordinator yet): they assign partitions
-explicitly, read from an explicit offset and never commit. librdkafka insists on a group.id for a
-Consumer even then; with assign() and explicit offsets it never needs the coordinator.
+Consumers here never join a group: they assign partitions explicitly, read from an explicit offset
+and never commit, so these helpers test the data path alone (groups have their own tests, see
+test_groups_*.py). librdkafka insists on a group.id for a Consumer even then; with assign() and
+explicit offsets it never needs the coordinator.
 """
 
 from __future__ import annotations

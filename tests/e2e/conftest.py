@@ -324,4 +324,27 @@ def pytest_runtest_makereport(item, call):
     if report.failed:
         for server in getattr(item, "_corral_servers", []):
             report.sections.append((f"corral stderr ({server.log_path})", server.log_tail() or "(empty)"))
+        for member in getattr(item, "_group_members", []):
+            report.sections.append((f"group member {member.name} ({member.stderr_path})", member.stderr_tail(60)))
     return report
+
+
+@pytest.fixture
+def members(tmp_path, request):
+    """Starts consumer-group member processes (groups.Member): `members(name, **conf)`.
+
+    Members still running at teardown are killed by their PID.
+    """
+    from groups import Member
+
+    started = []
+    request.node._group_members = started
+
+    def start(name: str, **conf):
+        m = Member(name, tmp_path, **conf)
+        started.append(m)
+        return m
+
+    yield start
+    for m in started:
+        m.cleanup()

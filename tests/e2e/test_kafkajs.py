@@ -1,8 +1,8 @@
 """KafkaJS (pure JavaScript client): admin and an idempotent producer, read back with librdkafka.
 
 The KafkaJS side lives in js/kafkajs_e2e.js (installed by `npm ci` in tests/e2e/js, which
-scripts/test.sh runs). KafkaJS's consumer only works inside a consumer group, which corral does
-not serve yet, so the records it produced are read back here with confluent-kafka.
+scripts/test.sh runs). The records it produced are read back here with confluent-kafka, an
+independent client; KafkaJS's own group consumer is exercised in test_groups_other_clients.py.
 """
 
 from __future__ import annotations
