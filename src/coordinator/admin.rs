@@ -95,8 +95,8 @@ impl CoordinatorState {
                 }
                 Some(GroupState::Empty) => {
                     let mut g = self.groups.remove(id).expect("present");
-                    for (topic, partition) in g.offsets.keys() {
-                        records.push(GroupRecord::Offset { group: id.clone(), topic: topic.clone(), partition: *partition, value: None });
+                    for (topic, partition) in self.offsets.remove(id).unwrap_or_default().into_keys() {
+                        records.push(GroupRecord::Offset { group: id.clone(), topic, partition, value: None });
                     }
                     records.push(GroupRecord::Group { group: id.clone(), value: None });
                     g.transition(GroupState::Dead, now);

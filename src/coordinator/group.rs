@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use indexmap::IndexMap;
 
-use super::records::OffsetValue;
 
 /// Kafka's classic group states; the names are what ListGroups and DescribeGroups report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,8 +103,6 @@ pub struct ClassicGroup {
     pub sync_deadline: Option<i64>,
     /// Topics the members subscribe to (selected protocol, `consumer` type); `None` = unknown.
     pub subscribed_topics: Option<HashSet<String>>,
-    /// Committed offsets: (topic, partition) → value.
-    pub offsets: HashMap<(String, i32), OffsetValue>,
 }
 
 impl ClassicGroup {
@@ -128,7 +125,6 @@ impl ClassicGroup {
             join_deadline: None,
             sync_deadline: None,
             subscribed_topics: Some(HashSet::new()),
-            offsets: HashMap::new(),
         }
     }
 

@@ -140,9 +140,10 @@ impl CoordinatorState {
         let codes = match error {
             Some(e) => codes.iter().map(|&c| if c == NONE { e.code() } else { c }).collect(),
             None => {
-                if let Some(group) = self.groups.get_mut(group_id) {
+                if self.groups.contains_key(group_id) {
+                    let stored = self.offsets.entry(group_id.to_string()).or_default();
                     for (topic, partition, value) in offsets {
-                        group.offsets.insert((topic, partition), value);
+                        stored.insert((topic, partition), value);
                     }
                 }
                 codes
@@ -154,14 +155,15 @@ impl CoordinatorState {
     /// OffsetFetch for one group (§4.2). `topics = None` asks for every committed offset.
     /// Unknown groups and partitions answer offset -1 without an error, as Kafka does.
     pub fn fetch_offsets(&self, group_id: &str, topics: Option<&[(String, Vec<i32>)]>) -> Vec<(String, Vec<FetchedOffset>)> {
-        let group = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead));
+        let live = self.groups.get(group_id).is_some_and(|g| !g.is(GroupState::Dead));
+        let offsets = self.offsets.get(group_id).filter(|_| live);
         match topics {
             Some(topics) => topics
                 .iter()
                 .map(|(topic, partitions)| {
                     let found = partitions
                         .iter()
-                        .map(|&p| match group.and_then(|g| g.offsets.get(&(topic.clone(), p))) {
+                        .map(|&p| match offsets.and_then(|o| o.get(&(topic.clone(), p))) {
                             Some(v) => (p, v.offset, v.leader_epoch, v.metadata.clone()),
                             None => (p, -1, -1, String::new()),
                         })
@@ -171,8 +173,8 @@ impl CoordinatorState {
                 .collect(),
             None => {
                 let mut by_topic: BTreeMap<&str, Vec<FetchedOffset>> = BTreeMap::new();
-                if let Some(g) = group {
-                    for ((topic, p), v) in &g.offsets {
+                if let Some(o) = offsets {
+                    for ((topic, p), v) in o {
                         by_topic.entry(topic).or_default().push((*p, v.offset, v.leader_epoch, v.metadata.clone()));
                     }
                 }
@@ -201,8 +203,9 @@ impl CoordinatorState {
                 codes.push(vec![ResponseError::GroupSubscribedToTopic.code(); partitions.len()]);
                 continue;
             }
+            let mut stored = self.offsets.get_mut(group_id);
             for &p in partitions {
-                if group.offsets.remove(&(topic.clone(), p)).is_some() {
+                if stored.as_mut().is_some_and(|o| o.remove(&(topic.clone(), p)).is_some()) {
                     tombstones.push(GroupRecord::Offset { group: group_id.to_string(), topic: topic.clone(), partition: p, value: None });
                 }
             }
@@ -221,7 +224,7 @@ impl CoordinatorState {
         let mut records = Vec::new();
         let mut dead_groups = Vec::new();
         let mut expired_count = 0;
-        for group in self.groups.values_mut() {
+        for group in self.groups.values() {
             // What an offset's age counts from; None = nothing in this group expires.
             let base = match (&group.protocol_type, group.state) {
                 (None, _) => Some(ExpiryBase::CommitTime),
@@ -230,8 +233,8 @@ impl CoordinatorState {
                 _ => None,
             };
             let Some(base) = base else { continue };
-            let expired: Vec<(String, i32)> = group
-                .offsets
+            let offsets = self.offsets.entry(group.id.clone()).or_default();
+            let expired: Vec<(String, i32)> = offsets
                 .iter()
                 .filter(|((topic, _), v)| {
                     !(group.state == GroupState::Stable && group.is_subscribed(topic))
@@ -240,15 +243,16 @@ impl CoordinatorState {
                 .map(|(k, _)| k.clone())
                 .collect();
             for (topic, partition) in expired {
-                group.offsets.remove(&(topic.clone(), partition));
+                offsets.remove(&(topic.clone(), partition));
                 records.push(GroupRecord::Offset { group: group.id.clone(), topic, partition, value: None });
                 expired_count += 1;
             }
-            if group.offsets.is_empty() && group.is(GroupState::Empty) && group.pending_members.is_empty() {
+            if offsets.is_empty() && group.is(GroupState::Empty) && group.pending_members.is_empty() {
                 dead_groups.push(group.id.clone());
             }
         }
         for id in dead_groups {
+            self.offsets.remove(&id);
             if let Some(mut g) = self.groups.remove(&id) {
                 g.transition(GroupState::Dead, now);
                 records.push(GroupRecord::Group { group: id, value: None });

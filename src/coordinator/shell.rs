@@ -275,8 +275,10 @@ fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
         if matches!(group.state, GroupState::Stable | GroupState::Empty) && group.protocol_type.is_some() {
             records.push(CoordinatorState::group_record(group, None));
         }
-        for ((topic, partition), value) in &group.offsets {
-            records.push(GroupRecord::Offset { group: group.id.clone(), topic: topic.clone(), partition: *partition, value: Some(value.clone()) });
+    }
+    for (group, offsets) in &state.offsets {
+        for ((topic, partition), value) in offsets {
+            records.push(GroupRecord::Offset { group: group.clone(), topic: topic.clone(), partition: *partition, value: Some(value.clone()) });
         }
     }
     records

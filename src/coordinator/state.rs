@@ -19,7 +19,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::group::{ClassicGroup, GroupState, Member, Token};
-use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata};
+use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata, OffsetValue};
 
 /// Longest group id or group instance id accepted (bytes). Kafka sets no limit, but its record
 /// keys store them as 16-bit-length strings; corral refuses longer ones up front.
@@ -210,30 +210,39 @@ impl SyncResult {
     }
 }
 
+/// Committed offsets of one group: (topic, partition) → value.
+pub type GroupOffsets = HashMap<(String, i32), OffsetValue>;
+
 /// The coordinator of one partition. Lives on the shard that owns the partition.
 #[derive(Debug)]
 pub struct CoordinatorState {
     pub config: GroupConfig,
     pub groups: HashMap<String, ClassicGroup>,
+    /// Committed offsets by group id, whatever the group's type (as Kafka keeps them apart from
+    /// group metadata).
+    pub offsets: HashMap<String, GroupOffsets>,
     pub out: Outbox,
 }
 
 impl CoordinatorState {
     pub fn new(config: GroupConfig) -> CoordinatorState {
-        CoordinatorState { config, groups: HashMap::new(), out: Outbox::default() }
+        CoordinatorState { config, groups: HashMap::new(), offsets: HashMap::new(), out: Outbox::default() }
     }
 
     /// Applies one record read back from the log (partition load).
     pub fn replay(&mut self, record: GroupRecord, now: i64) {
         match record {
             GroupRecord::Offset { group, topic, partition, value } => {
-                let g = self.groups.entry(group.clone()).or_insert_with(|| ClassicGroup::new(group, now));
+                // Offsets without group metadata belong to a simple group.
+                self.groups.entry(group.clone()).or_insert_with(|| ClassicGroup::new(group.clone(), now));
                 match value {
                     Some(v) => {
-                        g.offsets.insert((topic, partition), v);
+                        self.offsets.entry(group).or_default().insert((topic, partition), v);
                     }
                     None => {
-                        g.offsets.remove(&(topic, partition));
+                        if let Some(offsets) = self.offsets.get_mut(&group) {
+                            offsets.remove(&(topic, partition));
+                        }
                     }
                 }
             }
@@ -241,9 +250,7 @@ impl CoordinatorState {
                 self.groups.remove(&group);
             }
             GroupRecord::Group { group, value: Some(v) } => {
-                let offsets = self.groups.remove(&group).map(|g| g.offsets).unwrap_or_default();
                 let mut g = ClassicGroup::new(group, now);
-                g.offsets = offsets;
                 g.generation = v.generation;
                 g.protocol_type = (!v.protocol_type.is_empty()).then_some(v.protocol_type);
                 g.protocol_name = v.protocol.filter(|p| !p.is_empty());
