@@ -120,6 +120,10 @@ pub struct GroupsConfig {
     pub offset_metadata_max_bytes: u32,
     pub offsets_retention_minutes: u64,
     pub offsets_retention_check_interval_ms: u64,
+    pub consumer_session_timeout_ms: i32,
+    pub consumer_heartbeat_interval_ms: i32,
+    pub consumer_max_size: i32,
+    pub consumer_assignors: Vec<String>,
 }
 
 /// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
@@ -189,6 +193,10 @@ impl Default for GroupsConfig {
             offset_metadata_max_bytes: 4096,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_max_size: i32::MAX,
+            consumer_assignors: vec!["uniform".into(), "range".into()],
         }
     }
 }
@@ -297,6 +305,21 @@ impl Config {
         if g.offsets_retention_check_interval_ms == 0 {
             return Err(invalid("groups.offsets_retention_check_interval_ms", "must be at least 1"));
         }
+        if g.consumer_heartbeat_interval_ms < 1 || g.consumer_heartbeat_interval_ms >= g.consumer_session_timeout_ms {
+            return Err(invalid(
+                "groups.consumer_heartbeat_interval_ms",
+                format!("must be at least 1 and below groups.consumer_session_timeout_ms ({})", g.consumer_session_timeout_ms),
+            ));
+        }
+        if g.consumer_max_size < 1 {
+            return Err(invalid("groups.consumer_max_size", "must be at least 1"));
+        }
+        if g.consumer_assignors.is_empty() {
+            return Err(invalid("groups.consumer_assignors", "must name at least one assignor"));
+        }
+        if let Some(bad) = g.consumer_assignors.iter().find(|a| crate::coordinator::assignor::Assignor::from_name(a).is_none()) {
+            return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
+        }
         let d = &t.defaults;
         if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
             return Err(invalid(
@@ -330,6 +353,17 @@ impl Config {
             offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
             offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
             ..crate::coordinator::state::GroupConfig::default()
+        }
+    }
+
+    /// The KIP-848 coordinator's settings.
+    pub fn consumer_group_config(&self) -> crate::coordinator::consumer::ConsumerGroupConfig {
+        let g = &self.groups;
+        crate::coordinator::consumer::ConsumerGroupConfig {
+            session_timeout_ms: g.consumer_session_timeout_ms,
+            heartbeat_interval_ms: g.consumer_heartbeat_interval_ms,
+            max_size: g.consumer_max_size as usize,
+            assignors: g.consumer_assignors.iter().filter_map(|a| crate::coordinator::assignor::Assignor::from_name(a)).collect(),
         }
     }
 

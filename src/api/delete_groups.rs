@@ -26,7 +26,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let mut pending = Vec::with_capacity(unique.len());
     for group in unique {
         let id = group.to_string();
-        let reply = groups::call(&shard, &id.clone(), move |runner| {
+        let reply = groups::call(&shard, &id.clone(), move |_, runner| {
             let (token, rx) = runner.waiter();
             runner.with_state(|state, now| state.delete_groups(now, &[id], token));
             rx

@@ -24,7 +24,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let mut pending = Vec::with_capacity(request.groups.len());
     for group in request.groups {
         let id = group.to_string();
-        let reply = groups::call(&shard, &id.clone(), move |runner| runner.state.borrow().describe_group(&id)).await;
+        let reply = groups::call(&shard, &id.clone(), move |_, runner| runner.state.borrow().describe_group(&id)).await;
         pending.push((group, reply));
     }
     Ok(Handled::Later(Box::pin(async move {

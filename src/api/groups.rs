@@ -13,7 +13,7 @@ use crate::runtime::{Reply, Shard, ShardStopped};
 /// is `None` when no coordinator partition is hosted there (NOT_COORDINATOR).
 pub(crate) async fn call<T, F>(shard: &Rc<Shard>, group_id: &str, f: F) -> Reply<Option<T>>
 where
-    F: FnOnce(&Rc<PartitionRunner>) -> T + Send + 'static,
+    F: FnOnce(&Rc<Shard>, &Rc<PartitionRunner>) -> T + Send + 'static,
     T: Send + Unpin + 'static,
 {
     let node = &shard.node;
@@ -21,7 +21,7 @@ where
     let Some(&owner) = node.coordinator_shards.get(partition as usize) else {
         return Reply::Ready(Some(None));
     };
-    node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| f(&runner))).await
+    node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| f(owner, &runner))).await
 }
 
 /// Resolves a reply to a value or the coordinator-level error (spec §1.4).

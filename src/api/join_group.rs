@@ -33,7 +33,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         version,
     };
     let member_id = join.member_id.clone();
-    let pending = groups::call(&shard, &join.group_id.clone(), move |runner| {
+    let pending = groups::call(&shard, &join.group_id.clone(), move |_, runner| {
         let (token, rx) = runner.waiter();
         runner.with_state(|state, now| state.join(now, join, token));
         rx

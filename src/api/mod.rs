@@ -13,6 +13,8 @@
 //! connection goes on reading. Responses are still written in request order.
 
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -96,6 +98,8 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     delete_groups::ENTRY,
     offset_delete::ENTRY,
     describe_cluster::ENTRY,
+    consumer_group_heartbeat::ENTRY,
+    consumer_group_describe::ENTRY,
 ];
 
 pub(crate) fn entry(key: ApiKey) -> Option<&'static ApiEntry> {

@@ -76,7 +76,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         retention_ms: request.retention_time_ms,
         offsets,
     };
-    let pending = groups::call(&shard, &commit.group_id.clone(), move |runner| {
+    let pending = groups::call(&shard, &commit.group_id.clone(), move |_, runner| {
         let (token, rx) = runner.waiter();
         runner.with_state(|state, now| state.commit(now, commit, token));
         rx

@@ -43,7 +43,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         return Ok(Handled::Now(ctx.respond(&response)));
     }
     let id = group_id.clone();
-    let pending = groups::call(&shard, &group_id, move |runner| runner.with_state(|state, _| state.delete_offsets(&id, &valid))).await;
+    let pending = groups::call(&shard, &group_id, move |_, runner| runner.with_state(|state, _| state.delete_offsets(&id, &valid))).await;
     Ok(Handled::Later(Box::pin(async move {
         let response = match groups::resolve(pending.await) {
             Err(e) | Ok(Err(e)) => OffsetDeleteResponse::default().with_error_code(e.code()),

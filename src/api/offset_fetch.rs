@@ -24,28 +24,36 @@ type Fetched = Vec<(String, Vec<FetchedOffset>)>;
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetFetchRequest = ctx.decode(body)?;
     let version = ctx.api_version;
-    let wanted: Vec<(GroupId, Topics)> = if version >= 8 {
+    // (group, topics, KIP-848 member id and epoch from v9)
+    let wanted: Vec<(GroupId, Topics, Option<String>, i32)> = if version >= 8 {
         request
             .groups
             .into_iter()
-            .map(|g| (g.group_id, g.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect())))
+            .map(|g| {
+                let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
+                (g.group_id, topics, g.member_id.map(|m| m.to_string()), g.member_epoch)
+            })
             .collect()
     } else {
         let topics = request.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
-        vec![(request.group_id, topics)]
+        vec![(request.group_id, topics, None, -1)]
     };
     // Enqueue every group's lookup, then gather.
     let mut pending = Vec::with_capacity(wanted.len());
-    for (group, topics) in wanted {
+    for (group, topics, member, epoch) in wanted {
         let id = group.to_string();
         let asked = topics.clone();
-        let reply = groups::call(&shard, &id.clone(), move |runner| runner.state.borrow().fetch_offsets(&id, asked.as_deref())).await;
+        let reply = groups::call(&shard, &id.clone(), move |_, runner| {
+            let state = runner.state.borrow();
+            state.validate_fetch_member(&id, member.as_deref(), epoch).map(|()| state.fetch_offsets(&id, asked.as_deref())).map_err(|e| e.code())
+        })
+        .await;
         pending.push((group, topics, reply));
     }
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<(GroupId, Topics, Result<Fetched, i16>)> = Vec::with_capacity(pending.len());
         for (group, topics, reply) in pending {
-            results.push((group, topics, groups::resolve(reply.await).map_err(|e| e.code())));
+            results.push((group, topics, groups::resolve(reply.await).map_err(|e| e.code()).and_then(|r| r)));
         }
         ctx.respond(&shape(results, version))
     })))

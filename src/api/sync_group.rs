@@ -31,7 +31,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         protocol_name: request.protocol_name.map(|p| p.to_string()),
         assignments: request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
     };
-    let pending = groups::call(&shard, &sync.group_id.clone(), move |runner| {
+    let pending = groups::call(&shard, &sync.group_id.clone(), move |_, runner| {
         let (token, rx) = runner.waiter();
         runner.with_state(|state, now| state.sync(now, sync, token));
         rx

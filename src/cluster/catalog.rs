@@ -177,6 +177,21 @@ impl Catalog {
     }
 }
 
+/// The group coordinator reads topic names, ids and partition counts through this view.
+impl crate::coordinator::consumer::TopicView for Catalog {
+    fn by_name(&self, name: &str) -> Option<(Uuid, i32)> {
+        self.get(name).map(|t| (t.id, t.partitions.len() as i32))
+    }
+
+    fn by_id(&self, id: Uuid) -> Option<(String, i32)> {
+        self.get_by_id(id).map(|t| (t.name.clone(), t.partitions.len() as i32))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.by_name.iter().filter(|t| !crate::cluster::is_internal(&t.name)).map(|t| t.name.clone()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

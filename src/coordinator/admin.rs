@@ -54,6 +54,15 @@ impl CoordinatorState {
                 group_type: "classic",
             })
             .collect();
+        let consumer_ok = types.is_empty() || types.iter().any(|t| t.trim().eq_ignore_ascii_case("consumer"));
+        if consumer_ok {
+            out.extend(self.consumer_groups.values().filter(|g| state_ok(g.state_name())).map(|g| ListedGroup {
+                group_id: g.id.clone(),
+                protocol_type: "consumer".to_string(),
+                state: g.state_name(),
+                group_type: "consumer",
+            }));
+        }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
@@ -88,6 +97,18 @@ impl CoordinatorState {
         let mut codes = Vec::with_capacity(group_ids.len());
         let mut records = Vec::new();
         for id in group_ids {
+            if let Some(consumer) = self.consumer_groups.get(id) {
+                if !consumer.members.is_empty() {
+                    codes.push(ResponseError::NonEmptyGroup.code());
+                    continue;
+                }
+                for (topic, partition) in self.offsets.remove(id).unwrap_or_default().into_keys() {
+                    records.push(GroupRecord::Offset { group: id.clone(), topic, partition, value: None });
+                }
+                records.extend(self.delete_consumer_group(id));
+                codes.push(NONE);
+                continue;
+            }
             let code = match self.groups.get(id).map(|g| g.state) {
                 None | Some(GroupState::Dead) => ResponseError::GroupIdNotFound.code(),
                 Some(GroupState::PreparingRebalance | GroupState::CompletingRebalance | GroupState::Stable) => {

@@ -42,6 +42,17 @@ impl CoordinatorState {
         if !(cfg.min_session_timeout_ms..=cfg.max_session_timeout_ms).contains(&request.session_timeout_ms) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidSessionTimeout, &request.member_id)));
         }
+        // A KIP-848 group of this id: an empty one gives way; a live one refuses classic members
+        // (corral does not translate classic members into consumer groups).
+        if let Some(consumer) = self.consumer_groups.get(&request.group_id) {
+            if !consumer.members.is_empty() {
+                return out.reply(token, Response::Join(JoinResult::error(ResponseError::InconsistentGroupProtocol, &request.member_id)));
+            }
+            let records = self.delete_consumer_group(&request.group_id);
+            self.out.append(records, Continuation::Nothing);
+        }
+        let cfg = &self.config;
+        let out = &mut self.out;
         let created = !self.groups.contains_key(&request.group_id);
         if created && !request.member_id.is_empty() {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::UnknownMemberId, &request.member_id)));
@@ -276,6 +287,7 @@ impl CoordinatorState {
                     join_timer_fired(g, out, cfg, now);
                 }
             }
+            TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } => self.fire_consumer(now, key),
             TimerKey::Sync { group } => {
                 let Some(g) = self.groups.get_mut(group) else { return };
                 if g.sync_deadline.is_some_and(|d| d <= now)

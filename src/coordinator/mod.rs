@@ -16,7 +16,9 @@
 //! - [`records`]: the `__consumer_offsets` record formats.
 
 pub mod admin;
+pub mod assignor;
 pub mod classic;
+pub mod consumer;
 mod consumer_protocol;
 pub mod group;
 pub mod offsets;
@@ -24,6 +26,8 @@ pub mod records;
 pub mod shell;
 pub mod state;
 
+#[cfg(test)]
+mod consumer_tests;
 #[cfg(test)]
 mod tests;
 

@@ -96,6 +96,20 @@ impl CoordinatorState {
 
     /// The group-level checks of OffsetCommit, in Kafka's order (§4.1 steps 5–6).
     fn validate_commit(&mut self, now: i64, r: &CommitRequest) -> Result<(), ResponseError> {
+        if let Some(group) = self.consumer_groups.get(&r.group_id) {
+            // KIP-848 members commit with their member epoch (§4.1 step 7).
+            if r.generation < 0 && group.members.is_empty() {
+                return Ok(());
+            }
+            let member = group.members.get(&r.member_id).ok_or(ResponseError::UnknownMemberId)?;
+            if r.version < 9 {
+                return Err(ResponseError::UnsupportedVersion);
+            }
+            if r.generation != member.epoch {
+                return Err(ResponseError::StaleMemberEpoch);
+            }
+            return Ok(());
+        }
         let out = &mut self.out;
         let Some(group) = self.groups.get_mut(&r.group_id) else {
             if r.generation < 0 {
@@ -140,7 +154,7 @@ impl CoordinatorState {
         let codes = match error {
             Some(e) => codes.iter().map(|&c| if c == NONE { e.code() } else { c }).collect(),
             None => {
-                if self.groups.contains_key(group_id) {
+                if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
                     let stored = self.offsets.entry(group_id.to_string()).or_default();
                     for (topic, partition, value) in offsets {
                         stored.insert((topic, partition), value);
@@ -155,7 +169,7 @@ impl CoordinatorState {
     /// OffsetFetch for one group (§4.2). `topics = None` asks for every committed offset.
     /// Unknown groups and partitions answer offset -1 without an error, as Kafka does.
     pub fn fetch_offsets(&self, group_id: &str, topics: Option<&[(String, Vec<i32>)]>) -> Vec<(String, Vec<FetchedOffset>)> {
-        let live = self.groups.get(group_id).is_some_and(|g| !g.is(GroupState::Dead));
+        let live = self.groups.get(group_id).is_some_and(|g| !g.is(GroupState::Dead)) || self.consumer_groups.contains_key(group_id);
         let offsets = self.offsets.get(group_id).filter(|_| live);
         match topics {
             Some(topics) => topics
@@ -189,8 +203,47 @@ impl CoordinatorState {
         }
     }
 
+    /// OffsetFetch v9 from a KIP-848 member: its id and epoch must be current (§4.2 step 4).
+    pub fn validate_fetch_member(&self, group_id: &str, member_id: Option<&str>, epoch: i32) -> Result<(), ResponseError> {
+        let Some(group) = self.consumer_groups.get(group_id) else { return Ok(()) };
+        if member_id.is_none() && epoch < 0 {
+            return Ok(());
+        }
+        let member = member_id.and_then(|m| group.members.get(m)).ok_or(ResponseError::UnknownMemberId)?;
+        if member.epoch != epoch {
+            return Err(ResponseError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
     /// OffsetDelete (§4.3): per topic, per partition codes; or a group-level error.
     pub fn delete_offsets(&mut self, group_id: &str, topics: &[(String, Vec<i32>)]) -> Result<Vec<Vec<i16>>, ResponseError> {
+        if let Some(group) = self.consumer_groups.get(group_id) {
+            let subscribed: std::collections::HashSet<String> = group
+                .members
+                .values()
+                .flat_map(|m| m.subscribed_names.iter().cloned().chain(group.resolved_regex.get(&m.id).into_iter().flatten().cloned()))
+                .collect();
+            let mut tombstones = Vec::new();
+            let mut codes = Vec::with_capacity(topics.len());
+            let mut stored = self.offsets.get_mut(group_id);
+            for (topic, partitions) in topics {
+                if subscribed.contains(topic) {
+                    codes.push(vec![ResponseError::GroupSubscribedToTopic.code(); partitions.len()]);
+                    continue;
+                }
+                for &p in partitions {
+                    if stored.as_mut().is_some_and(|o| o.remove(&(topic.clone(), p)).is_some()) {
+                        tombstones.push(GroupRecord::Offset { group: group_id.to_string(), topic: topic.clone(), partition: p, value: None });
+                    }
+                }
+                codes.push(vec![NONE; partitions.len()]);
+            }
+            if !tombstones.is_empty() {
+                self.out.append(tombstones, Continuation::Nothing);
+            }
+            return Ok(codes);
+        }
         let group = self.groups.get_mut(group_id).filter(|g| !g.is(GroupState::Dead)).ok_or(ResponseError::GroupIdNotFound)?;
         let active = matches!(group.state, GroupState::PreparingRebalance | GroupState::CompletingRebalance | GroupState::Stable);
         if active && group.protocol_type.as_deref() != Some("consumer") {
@@ -249,6 +302,20 @@ impl CoordinatorState {
             }
             if offsets.is_empty() && group.is(GroupState::Empty) && group.pending_members.is_empty() {
                 dead_groups.push(group.id.clone());
+            }
+        }
+        for group in self.consumer_groups.values() {
+            let subscribed: std::collections::HashSet<&String> = group.subscription_metadata.keys().collect();
+            let offsets = self.offsets.entry(group.id.clone()).or_default();
+            let expired: Vec<(String, i32)> = offsets
+                .iter()
+                .filter(|((topic, _), v)| !subscribed.contains(topic) && (v.expire_timestamp.is_some_and(|e| now >= e) || now - v.commit_timestamp >= retention))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for (topic, partition) in expired {
+                offsets.remove(&(topic.clone(), partition));
+                records.push(GroupRecord::Offset { group: group.id.clone(), topic, partition, value: None });
+                expired_count += 1;
             }
         }
         for id in dead_groups {

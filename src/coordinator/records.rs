@@ -2,14 +2,25 @@
 //! so tools that read that topic (LinkedIn Burrow) understand them.
 //!
 //! Written: offset key type 1 with OffsetCommitValue v3 (v1 when the commit carries an expire
-//! time), group metadata key type 2 with GroupMetadataValue v3. Read: offset values v0–v4 and
-//! group metadata values v0–v3. A record with a null value is a tombstone.
+//! time), group metadata key type 2 with GroupMetadataValue v3, and for KIP-848 consumer groups
+//! the key types 3 (group epoch), 5 (member), 6 (target assignment epoch), 7 (member target
+//! assignment) and 8 (member current assignment) with their v0 values (flexible encoding). Read:
+//! offset values v0–v4, group metadata values v0–v3, the consumer group values v0. A record with a
+//! null value is a tombstone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 const OFFSET_KEY: i16 = 1;
 const OFFSET_KEY_LEGACY: i16 = 0;
 const GROUP_KEY: i16 = 2;
+const CONSUMER_GROUP_KEY: i16 = 3;
+const CONSUMER_MEMBER_KEY: i16 = 5;
+const TARGET_EPOCH_KEY: i16 = 6;
+const TARGET_MEMBER_KEY: i16 = 7;
+const CURRENT_MEMBER_KEY: i16 = 8;
+
+/// Partitions by topic id, as KIP-848 records and responses carry them.
+pub type TopicPartitions = std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeSet<i32>>;
 
 /// A committed offset (spec §4.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,11 +58,44 @@ pub struct MemberMetadata {
     pub assignment: Bytes,
 }
 
+/// A KIP-848 member's subscription and settings (ConsumerGroupMemberMetadataValue).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_names: Vec<String>,
+    pub subscribed_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// A KIP-848 member's reconciliation state (ConsumerGroupCurrentMemberAssignmentValue).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CurrentAssignmentValue {
+    pub epoch: i32,
+    pub previous_epoch: i32,
+    pub state: i8,
+    pub assigned: TopicPartitions,
+    pub pending_revocation: TopicPartitions,
+}
+
 /// One record of a coordinator partition's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupRecord {
     Offset { group: String, topic: String, partition: i32, value: Option<OffsetValue> },
     Group { group: String, value: Option<GroupMetadataValue> },
+    /// A consumer group's epoch (key type 3).
+    ConsumerGroup { group: String, epoch: Option<i32> },
+    /// A consumer group member's subscription (key type 5).
+    ConsumerMember { group: String, member: String, value: Option<ConsumerMemberValue> },
+    /// The epoch of a consumer group's target assignment (key type 6).
+    TargetEpoch { group: String, epoch: Option<i32> },
+    /// One member's target assignment (key type 7).
+    TargetAssignment { group: String, member: String, partitions: Option<TopicPartitions> },
+    /// One member's current assignment and reconciliation state (key type 8).
+    CurrentAssignment { group: String, member: String, value: Option<CurrentAssignmentValue> },
 }
 
 /// A record that could not be read back.
@@ -62,7 +106,13 @@ pub struct RecordError(&'static str);
 impl GroupRecord {
     pub fn group(&self) -> &str {
         match self {
-            GroupRecord::Offset { group, .. } | GroupRecord::Group { group, .. } => group,
+            GroupRecord::Offset { group, .. }
+            | GroupRecord::Group { group, .. }
+            | GroupRecord::ConsumerGroup { group, .. }
+            | GroupRecord::ConsumerMember { group, .. }
+            | GroupRecord::TargetEpoch { group, .. }
+            | GroupRecord::TargetAssignment { group, .. }
+            | GroupRecord::CurrentAssignment { group, .. } => group,
         }
     }
 
@@ -79,6 +129,29 @@ impl GroupRecord {
                 b.put_i16(GROUP_KEY);
                 put_string(&mut b, group);
             }
+            GroupRecord::ConsumerGroup { group, .. } => {
+                b.put_i16(CONSUMER_GROUP_KEY);
+                put_string(&mut b, group);
+            }
+            GroupRecord::TargetEpoch { group, .. } => {
+                b.put_i16(TARGET_EPOCH_KEY);
+                put_string(&mut b, group);
+            }
+            GroupRecord::ConsumerMember { group, member, .. } => {
+                b.put_i16(CONSUMER_MEMBER_KEY);
+                put_string(&mut b, group);
+                put_string(&mut b, member);
+            }
+            GroupRecord::TargetAssignment { group, member, .. } => {
+                b.put_i16(TARGET_MEMBER_KEY);
+                put_string(&mut b, group);
+                put_string(&mut b, member);
+            }
+            GroupRecord::CurrentAssignment { group, member, .. } => {
+                b.put_i16(CURRENT_MEMBER_KEY);
+                put_string(&mut b, group);
+                put_string(&mut b, member);
+            }
         }
         b.freeze()
     }
@@ -87,7 +160,47 @@ impl GroupRecord {
     pub fn value(&self) -> Option<Bytes> {
         let mut b = BytesMut::new();
         match self {
-            GroupRecord::Offset { value: None, .. } | GroupRecord::Group { value: None, .. } => return None,
+            GroupRecord::Offset { value: None, .. }
+            | GroupRecord::Group { value: None, .. }
+            | GroupRecord::ConsumerGroup { epoch: None, .. }
+            | GroupRecord::ConsumerMember { value: None, .. }
+            | GroupRecord::TargetEpoch { epoch: None, .. }
+            | GroupRecord::TargetAssignment { partitions: None, .. }
+            | GroupRecord::CurrentAssignment { value: None, .. } => return None,
+            GroupRecord::ConsumerGroup { epoch: Some(epoch), .. } | GroupRecord::TargetEpoch { epoch: Some(epoch), .. } => {
+                b.put_i16(0);
+                b.put_i32(*epoch);
+                b.put_u8(0); // tagged fields
+            }
+            GroupRecord::ConsumerMember { value: Some(v), .. } => {
+                b.put_i16(0);
+                put_compact_nullable_string(&mut b, v.instance_id.as_deref());
+                put_compact_nullable_string(&mut b, v.rack_id.as_deref());
+                put_compact_nullable_string(&mut b, Some(&v.client_id));
+                put_compact_nullable_string(&mut b, Some(&v.client_host));
+                put_uvarint(&mut b, v.subscribed_names.len() as u32 + 1);
+                for name in &v.subscribed_names {
+                    put_compact_nullable_string(&mut b, Some(name));
+                }
+                put_compact_nullable_string(&mut b, v.subscribed_regex.as_deref());
+                b.put_i32(v.rebalance_timeout_ms);
+                put_compact_nullable_string(&mut b, v.server_assignor.as_deref());
+                b.put_u8(0);
+            }
+            GroupRecord::TargetAssignment { partitions: Some(p), .. } => {
+                b.put_i16(0);
+                put_topic_partitions(&mut b, p);
+                b.put_u8(0);
+            }
+            GroupRecord::CurrentAssignment { value: Some(v), .. } => {
+                b.put_i16(0);
+                b.put_i32(v.epoch);
+                b.put_i32(v.previous_epoch);
+                b.put_i8(v.state);
+                put_topic_partitions(&mut b, &v.assigned);
+                put_topic_partitions(&mut b, &v.pending_revocation);
+                b.put_u8(0);
+            }
             GroupRecord::Offset { value: Some(v), .. } => match v.expire_timestamp {
                 Some(expire) => {
                     b.put_i16(1);
@@ -143,6 +256,40 @@ impl GroupRecord {
                 let group = get_string(&mut key)?;
                 let value = value.map(decode_group_value).transpose()?;
                 Ok(Some(GroupRecord::Group { group, value }))
+            }
+            CONSUMER_GROUP_KEY | TARGET_EPOCH_KEY => {
+                let group = get_string(&mut key)?;
+                let epoch = value
+                    .map(|mut v| {
+                        get_i16(&mut v)?;
+                        get_i32(&mut v)
+                    })
+                    .transpose()?;
+                Ok(Some(if kind == CONSUMER_GROUP_KEY {
+                    GroupRecord::ConsumerGroup { group, epoch }
+                } else {
+                    GroupRecord::TargetEpoch { group, epoch }
+                }))
+            }
+            CONSUMER_MEMBER_KEY | TARGET_MEMBER_KEY | CURRENT_MEMBER_KEY => {
+                let group = get_string(&mut key)?;
+                let member = get_string(&mut key)?;
+                Ok(Some(match kind {
+                    CONSUMER_MEMBER_KEY => {
+                        GroupRecord::ConsumerMember { group, member, value: value.map(decode_consumer_member).transpose()? }
+                    }
+                    TARGET_MEMBER_KEY => GroupRecord::TargetAssignment {
+                        group,
+                        member,
+                        partitions: value
+                            .map(|mut v| {
+                                get_i16(&mut v)?;
+                                get_topic_partitions(&mut v)
+                            })
+                            .transpose()?,
+                    },
+                    _ => GroupRecord::CurrentAssignment { group, member, value: value.map(decode_current_assignment).transpose()? },
+                }))
             }
             _ => Ok(None),
         }
@@ -223,6 +370,125 @@ fn decode_group_value(mut v: &[u8]) -> Result<GroupMetadataValue, RecordError> {
     Ok(GroupMetadataValue { protocol_type, generation, protocol, leader, state_timestamp, members })
 }
 
+fn decode_consumer_member(mut v: &[u8]) -> Result<ConsumerMemberValue, RecordError> {
+    get_i16(&mut v)?;
+    let instance_id = get_compact_nullable_string(&mut v)?;
+    let rack_id = get_compact_nullable_string(&mut v)?;
+    let client_id = get_compact_nullable_string(&mut v)?.unwrap_or_default();
+    let client_host = get_compact_nullable_string(&mut v)?.unwrap_or_default();
+    let count = get_uvarint(&mut v)?.saturating_sub(1) as usize;
+    if count > v.len() {
+        return Err(RecordError("topic name count"));
+    }
+    let mut subscribed_names = Vec::with_capacity(count);
+    for _ in 0..count {
+        subscribed_names.push(get_compact_nullable_string(&mut v)?.unwrap_or_default());
+    }
+    let subscribed_regex = get_compact_nullable_string(&mut v)?;
+    let rebalance_timeout_ms = get_i32(&mut v)?;
+    let server_assignor = get_compact_nullable_string(&mut v)?;
+    Ok(ConsumerMemberValue { instance_id, rack_id, client_id, client_host, subscribed_names, subscribed_regex, rebalance_timeout_ms, server_assignor })
+}
+
+fn decode_current_assignment(mut v: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
+    get_i16(&mut v)?;
+    Ok(CurrentAssignmentValue {
+        epoch: get_i32(&mut v)?,
+        previous_epoch: get_i32(&mut v)?,
+        state: v.try_get_i8().map_err(|_| RecordError("truncated"))?,
+        assigned: get_topic_partitions(&mut v)?,
+        pending_revocation: get_topic_partitions(&mut v)?,
+    })
+}
+
+/// `[]{TopicId uuid, Partitions []int32, tagged fields}`, compact.
+fn put_topic_partitions(b: &mut BytesMut, tp: &TopicPartitions) {
+    put_uvarint(b, tp.len() as u32 + 1);
+    for (topic, partitions) in tp {
+        b.put_slice(topic.as_bytes());
+        put_uvarint(b, partitions.len() as u32 + 1);
+        for p in partitions {
+            b.put_i32(*p);
+        }
+        b.put_u8(0);
+    }
+}
+
+fn get_topic_partitions(b: &mut &[u8]) -> Result<TopicPartitions, RecordError> {
+    let topics = get_uvarint(b)?.saturating_sub(1) as usize;
+    if topics > b.len() {
+        return Err(RecordError("topic count"));
+    }
+    let mut out = TopicPartitions::new();
+    for _ in 0..topics {
+        if b.len() < 16 {
+            return Err(RecordError("truncated"));
+        }
+        let id = uuid::Uuid::from_slice(&b[..16]).map_err(|_| RecordError("topic id"))?;
+        b.advance(16);
+        let count = get_uvarint(b)?.saturating_sub(1) as usize;
+        if count > b.len() / 4 {
+            return Err(RecordError("partition count"));
+        }
+        let set = out.entry(id).or_default();
+        for _ in 0..count {
+            set.insert(get_i32(b)?);
+        }
+        skip_tagged_fields(b)?;
+    }
+    Ok(out)
+}
+
+fn skip_tagged_fields(b: &mut &[u8]) -> Result<(), RecordError> {
+    let count = get_uvarint(b)?;
+    for _ in 0..count {
+        get_uvarint(b)?;
+        let size = get_uvarint(b)? as usize;
+        if b.len() < size {
+            return Err(RecordError("truncated"));
+        }
+        b.advance(size);
+    }
+    Ok(())
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u32) {
+    while v >= 0x80 {
+        b.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
+}
+
+fn get_uvarint(b: &mut &[u8]) -> Result<u32, RecordError> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let byte = b.try_get_u8().map_err(|_| RecordError("truncated"))?;
+        value |= ((byte & 0x7f) as u32) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(RecordError("varint too long"))
+}
+
+fn put_compact_nullable_string(b: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            put_uvarint(b, s.len() as u32 + 1);
+            b.put_slice(s.as_bytes());
+        }
+        None => b.put_u8(0),
+    }
+}
+
+fn get_compact_nullable_string(b: &mut &[u8]) -> Result<Option<String>, RecordError> {
+    match get_uvarint(b)? {
+        0 => Ok(None),
+        n => take_str(b, n as usize - 1).map(Some),
+    }
+}
+
 fn put_string(b: &mut BytesMut, s: &str) {
     b.put_i16(s.len() as i16);
     b.put_slice(s.as_bytes());
@@ -265,18 +531,7 @@ fn get_string(b: &mut &[u8]) -> Result<String, RecordError> {
 }
 
 fn get_compact_string(b: &mut &[u8]) -> Result<String, RecordError> {
-    let mut len: u32 = 0;
-    for i in 0..5 {
-        let byte = b.try_get_u8().map_err(|_| RecordError("truncated"))?;
-        len |= ((byte & 0x7f) as u32) << (7 * i);
-        if byte & 0x80 == 0 {
-            break;
-        }
-    }
-    match len {
-        0 => Err(RecordError("null string")),
-        n => take_str(b, n as usize - 1),
-    }
+    get_compact_nullable_string(b)?.ok_or(RecordError("null string"))
 }
 
 fn take_str(b: &mut &[u8], len: usize) -> Result<String, RecordError> {
@@ -326,6 +581,41 @@ mod tests {
     }
 
     #[test]
+    fn consumer_group_records_round_trip() {
+        let id = uuid::Uuid::from_u128(7);
+        let mut tp = TopicPartitions::new();
+        tp.entry(id).or_default().extend([0, 2, 5]);
+        let records = vec![
+            GroupRecord::ConsumerGroup { group: "g".into(), epoch: Some(3) },
+            GroupRecord::TargetEpoch { group: "g".into(), epoch: Some(3) },
+            GroupRecord::ConsumerMember {
+                group: "g".into(),
+                member: "m".into(),
+                value: Some(ConsumerMemberValue {
+                    instance_id: Some("i".into()),
+                    rack_id: None,
+                    client_id: "c".into(),
+                    client_host: "/h".into(),
+                    subscribed_names: vec!["a".into(), "b".into()],
+                    subscribed_regex: Some("t.*".into()),
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: Some("range".into()),
+                }),
+            },
+            GroupRecord::TargetAssignment { group: "g".into(), member: "m".into(), partitions: Some(tp.clone()) },
+            GroupRecord::CurrentAssignment {
+                group: "g".into(),
+                member: "m".into(),
+                value: Some(CurrentAssignmentValue { epoch: 3, previous_epoch: 2, state: 1, assigned: tp.clone(), pending_revocation: TopicPartitions::new() }),
+            },
+            GroupRecord::CurrentAssignment { group: "g".into(), member: "m".into(), value: None },
+        ];
+        for r in records {
+            assert_eq!(GroupRecord::decode(&r.key(), r.value().as_deref()).unwrap(), Some(r));
+        }
+    }
+
+    #[test]
     fn round_trips() {
         let with_expiry = GroupRecord::Offset {
             group: "g".into(),
@@ -358,7 +648,7 @@ mod tests {
         for r in [with_expiry, group, tombstone] {
             assert_eq!(GroupRecord::decode(&r.key(), r.value().as_deref()).unwrap(), Some(r));
         }
-        assert_eq!(GroupRecord::decode(&[0, 3, 0, 1, b'x'], None).unwrap(), None, "KIP-848 records are skipped here");
+        assert_eq!(GroupRecord::decode(&[0, 4, 0, 1, b'x'], None).unwrap(), None, "unused record types are skipped");
         assert!(GroupRecord::decode(&[0, 1, 0, 9], None).is_err());
     }
 }

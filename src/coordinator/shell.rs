@@ -57,9 +57,15 @@ pub struct PartitionRunner {
 
 impl PartitionRunner {
     /// Loads a partition: replays its log into a fresh state, starts sessions and timers.
-    pub fn load(index: i32, log: Rc<Partition>, config: GroupConfig, expiration_interval_ms: u64) -> Result<Rc<Self>, StorageError> {
+    pub fn load(
+        index: i32,
+        log: Rc<Partition>,
+        config: GroupConfig,
+        consumer: super::consumer::ConsumerGroupConfig,
+        expiration_interval_ms: u64,
+    ) -> Result<Rc<Self>, StorageError> {
         let now = now_ms();
-        let mut state = CoordinatorState::new(config);
+        let mut state = CoordinatorState::with_consumer_config(config, consumer);
         let mut records = 0usize;
         for_each_record(&log, |record| {
             state.replay(record, now);
@@ -81,7 +87,8 @@ impl PartitionRunner {
             expiration_interval_ms,
         });
         if records > 0 {
-            tracing::info!(partition = index, records, groups = runner.state.borrow().groups.len(), "loaded coordinator partition");
+            let state = runner.state.borrow();
+            tracing::info!(partition = index, records, groups = state.groups.len() + state.consumer_groups.len(), "loaded coordinator partition");
         }
         runner.run_effects();
         tokio::task::spawn_local(runner.clone().timer_loop());
@@ -275,6 +282,9 @@ fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
         if matches!(group.state, GroupState::Stable | GroupState::Empty) && group.protocol_type.is_some() {
             records.push(CoordinatorState::group_record(group, None));
         }
+    }
+    for group in state.consumer_groups.values() {
+        records.extend(CoordinatorState::consumer_group_records(group));
     }
     for (group, offsets) in &state.offsets {
         for ((topic, partition), value) in offsets {

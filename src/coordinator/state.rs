@@ -67,6 +67,10 @@ pub enum TimerKey {
     Join { group: String },
     /// The sync phase (KAFKA-12890).
     Sync { group: String },
+    /// A KIP-848 member's session.
+    ConsumerSession { group: String, member: String },
+    /// A KIP-848 member that must revoke partitions before this deadline.
+    ConsumerRebalance { group: String, member: String },
 }
 
 /// A response delivered to a request that was parked or waited for its records.
@@ -217,7 +221,12 @@ pub type GroupOffsets = HashMap<(String, i32), OffsetValue>;
 #[derive(Debug)]
 pub struct CoordinatorState {
     pub config: GroupConfig,
+    pub consumer: super::consumer::ConsumerGroupConfig,
+    /// Classic groups (including simple, offsets-only groups). A group id is in at most one of
+    /// `groups` and `consumer_groups`.
     pub groups: HashMap<String, ClassicGroup>,
+    /// KIP-848 consumer groups.
+    pub consumer_groups: HashMap<String, super::consumer::ConsumerGroup>,
     /// Committed offsets by group id, whatever the group's type (as Kafka keeps them apart from
     /// group metadata).
     pub offsets: HashMap<String, GroupOffsets>,
@@ -226,7 +235,18 @@ pub struct CoordinatorState {
 
 impl CoordinatorState {
     pub fn new(config: GroupConfig) -> CoordinatorState {
-        CoordinatorState { config, groups: HashMap::new(), offsets: HashMap::new(), out: Outbox::default() }
+        Self::with_consumer_config(config, super::consumer::ConsumerGroupConfig::default())
+    }
+
+    pub fn with_consumer_config(config: GroupConfig, consumer: super::consumer::ConsumerGroupConfig) -> CoordinatorState {
+        CoordinatorState {
+            config,
+            consumer,
+            groups: HashMap::new(),
+            consumer_groups: HashMap::new(),
+            offsets: HashMap::new(),
+            out: Outbox::default(),
+        }
     }
 
     /// Applies one record read back from the log (partition load).
@@ -234,7 +254,9 @@ impl CoordinatorState {
         match record {
             GroupRecord::Offset { group, topic, partition, value } => {
                 // Offsets without group metadata belong to a simple group.
-                self.groups.entry(group.clone()).or_insert_with(|| ClassicGroup::new(group.clone(), now));
+                if !self.consumer_groups.contains_key(&group) {
+                    self.groups.entry(group.clone()).or_insert_with(|| ClassicGroup::new(group.clone(), now));
+                }
                 match value {
                     Some(v) => {
                         self.offsets.entry(group).or_default().insert((topic, partition), v);
@@ -250,6 +272,7 @@ impl CoordinatorState {
                 self.groups.remove(&group);
             }
             GroupRecord::Group { group, value: Some(v) } => {
+                self.consumer_groups.remove(&group);
                 let mut g = ClassicGroup::new(group, now);
                 g.generation = v.generation;
                 g.protocol_type = (!v.protocol_type.is_empty()).then_some(v.protocol_type);
@@ -284,6 +307,7 @@ impl CoordinatorState {
                 g.update_subscribed_topics();
                 self.groups.insert(g.id.clone(), g);
             }
+            consumer => self.replay_consumer(consumer, now),
         }
     }
 
@@ -300,6 +324,7 @@ impl CoordinatorState {
         for (key, deadline) in timers {
             self.out.timer(key, deadline);
         }
+        self.start_consumer_sessions(now);
     }
 
     /// Continues whatever waited for append `id`. `error` is the code to report if it failed.

@@ -105,7 +105,13 @@ impl Shard {
             }
             let index = index as i32;
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
-            let runner = PartitionRunner::load(index, log, node.config.group_config(), node.config.groups.offsets_retention_check_interval_ms)
+            let runner = PartitionRunner::load(
+                index,
+                log,
+                node.config.group_config(),
+                node.config.consumer_group_config(),
+                node.config.groups.offsets_retention_check_interval_ms,
+            )
                 .map_err(|e| format!("cannot load coordinator partition {index}: {e}"))?;
             self.coordinators.borrow_mut().insert(index, runner);
         }
