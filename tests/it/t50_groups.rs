@@ -265,3 +265,44 @@ fn groups_and_offsets_survive_a_restart_on_every_shard() {
         assert_eq!(&sync.assignment[..], b"mine");
     }
 }
+
+#[test]
+fn consumer_group_heartbeat_and_describe_at_every_version() {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest};
+    let server = quick();
+    let mut c = server.client();
+    create_topic(&mut c, "events", 4);
+    for v in 0..=1 {
+        let g = format!("kip848-v{v}");
+        let member = if v >= 1 { s("member-one") } else { s("") };
+        let r = c.call(
+            v,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(group(&g))
+                .with_member_id(member)
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![name("events")]))
+                .with_topic_partitions(Some(Vec::<TopicPartitions>::new())),
+        );
+        assert_eq!((r.error_code, r.member_epoch), (0, 1), "heartbeat v{v}: {:?}", r.error_message);
+        let assigned: usize = r.assignment.as_ref().unwrap().topic_partitions.iter().map(|t| t.partitions.len()).sum();
+        assert_eq!(assigned, 4);
+        let member_id = r.member_id.unwrap();
+        assert!(!member_id.is_empty());
+        for dv in 0..=1 {
+            let d = c.call(dv, &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group(&g), group("nope")]));
+            assert_eq!((d.groups[0].error_code, &*d.groups[0].group_state), (0, "Stable"), "describe v{dv}");
+            assert_eq!(d.groups[0].members[0].member_id, member_id);
+            assert_eq!(&*d.groups[0].members[0].assignment.topic_partitions[0].topic_name.0, "events");
+            assert_eq!(d.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND");
+        }
+        // Leave.
+        let r = c.call(v, &ConsumerGroupHeartbeatRequest::default().with_group_id(group(&g)).with_member_id(member_id).with_member_epoch(-1));
+        assert_eq!((r.error_code, r.member_epoch), (0, -1));
+    }
+    let groups = c.call(5, &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]));
+    assert_eq!(groups.groups.len(), 2);
+    assert!(groups.groups.iter().all(|g| &*g.group_type == "consumer" && &*g.group_state == "Empty"));
+}
