@@ -1,1 +1,413 @@
-fn main() {}
+//! `corral-bench`: load generator and benchmark for corral (or any Kafka-protocol server).
+//!
+//! It speaks the Kafka protocol itself (requests encoded with the `kafka-protocol` crate,
+//! responses read as raw frames), so no client library's batching or record parsing is part of
+//! what is measured. See BENCHMARKS.md for the method and the latest results.
+//!
+//! - `suite`: starts corral, runs every scenario, prints the table and the target ratios.
+//! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
+//!
+//! Layout: `bench/kafka.rs` is the reusable client connection (send a request, read the
+//! response frame by correlation id) and protocol helpers; each scenario has its own module;
+//! new scenarios (consumer groups, other brokers) plug in the same way.
+
+#[path = "bench/fetch.rs"]
+mod fetch;
+#[path = "bench/kafka.rs"]
+mod kafka;
+#[path = "bench/loopback.rs"]
+mod loopback;
+#[path = "bench/produce.rs"]
+mod produce;
+#[path = "bench/server.rs"]
+mod server;
+#[path = "bench/stats.rs"]
+mod stats;
+#[path = "bench/suite.rs"]
+mod suite;
+#[path = "bench/wire.rs"]
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::stats::{Measurement, Series};
+use crate::wire::SocketOpts;
+
+#[derive(Debug, Parser)]
+#[command(name = "corral-bench", version, about = "Kafka-protocol load generator and benchmark for corral")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start corral, measure produce, fetch (sendfile and pread) and the loopback TCP limit, and
+    /// print the results with the target ratios.
+    Suite(SuiteArgs),
+    /// Produce pre-encoded batches to a topic on a running server.
+    Produce(ProduceArgs),
+    /// Read a partition of a running server from its start in fixed-size fetches.
+    Fetch(FetchArgs),
+    /// Measure the loopback TCP limit with the fetch reader's code path.
+    Loopback(LoopbackArgs),
+}
+
+/// Record, batch, fetch and socket sizes (shared by every scenario).
+#[derive(Debug, Clone, Args)]
+struct Shape {
+    /// Value bytes per record.
+    #[arg(long, default_value = "1024", value_parser = parse_size)]
+    record_size: u64,
+    /// Records per batch (one batch per produce request). 1000 x 1 KiB records make a batch
+    /// just under the 1 MiB default max.message.bytes.
+    #[arg(long, default_value_t = 1000)]
+    batch_records: usize,
+    /// Fetch size: both max_bytes and partition_max_bytes. Also the loopback chunk size.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    fetch_bytes: u64,
+    /// SO_RCVBUF of the fetch and loopback reader; 0 = kernel autotuning.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    rcvbuf: u64,
+}
+
+impl Shape {
+    fn socket(&self) -> SocketOpts {
+        SocketOpts { rcvbuf: self.rcvbuf as usize }
+    }
+
+    fn fetch_bytes(&self) -> Result<i32> {
+        i32::try_from(self.fetch_bytes).context("--fetch-bytes must fit in an INT32")
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+struct Timing {
+    /// Seconds measured per repetition.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seconds of untimed warm-up before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Repetitions; the median and the best are reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+}
+
+impl Timing {
+    fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.duration)
+    }
+
+    fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup)
+    }
+}
+
+#[derive(Debug, Args)]
+struct SuiteArgs {
+    /// The corral binary to start.
+    #[arg(long, default_value = "target/release/corral")]
+    server: PathBuf,
+    /// Extra argument for `corral serve` (repeatable), e.g. --server-arg=--shards --server-arg=1.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// Size of the partition the fetch scenario reads.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    data_bytes: u64,
+    /// Short run for a smoke test: 256 MiB, 2 rounds, 1 produce run, 1.5 s per run.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the temporary data directory is created (it must not be a tmpfs if the page cache
+    /// behaviour of a disk is wanted).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    work_dir: PathBuf,
+    /// Keep the data directory and the server log instead of deleting them.
+    #[arg(long)]
+    keep_data: bool,
+    /// Partitions of the produce topic.
+    #[arg(long, default_value_t = 4)]
+    produce_partitions: i32,
+    /// Producer connections (partitions are spread over them).
+    #[arg(long, default_value_t = 4)]
+    produce_connections: usize,
+    /// Produce requests in flight per connection.
+    #[arg(long, default_value_t = 4)]
+    produce_in_flight: usize,
+    /// Timed produce runs (each on a fresh topic).
+    #[arg(long, default_value_t = 3)]
+    produce_reps: usize,
+    /// Rounds of the fetch and loopback scenarios (each round runs each scenario once).
+    #[arg(long, default_value_t = 6)]
+    rounds: usize,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Seconds of untimed warm-up before each run (new connection, TCP buffers growing).
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    #[command(flatten)]
+    shape: Shape,
+}
+
+#[derive(Debug, Args)]
+struct ProduceArgs {
+    /// Address of the Kafka listener.
+    #[arg(long)]
+    bootstrap: SocketAddr,
+    #[arg(long, default_value = "bench-produce")]
+    topic: String,
+    /// Create the topic with this many partitions first (an existing topic is used as is).
+    #[arg(long)]
+    create: Option<i32>,
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 4)]
+    in_flight: usize,
+    /// 1 (leader) or -1 (all in-sync replicas).
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    acks: i16,
+    /// Produce this many bytes once (no warm-up, no repetitions) instead of timed runs, e.g. to
+    /// fill a partition for `fetch`.
+    #[arg(long, value_parser = parse_size)]
+    bytes: Option<u64>,
+    /// Pid of the server, to report its CPU time per GB.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    timing: Timing,
+}
+
+#[derive(Debug, Args)]
+struct FetchArgs {
+    /// Address of the Kafka listener.
+    #[arg(long)]
+    bootstrap: SocketAddr,
+    #[arg(long, default_value = "bench-fetch")]
+    topic: String,
+    #[arg(long, default_value_t = 0)]
+    partition: i32,
+    /// Skip the untimed full read that brings the partition into the page cache.
+    #[arg(long)]
+    no_warm_pass: bool,
+    /// Pid of the server, to report its CPU time per GB.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    timing: Timing,
+}
+
+#[derive(Debug, Args)]
+struct LoopbackArgs {
+    /// Shapes to measure (repeatable); both by default.
+    #[arg(long, value_enum)]
+    mode: Vec<loopback::Mode>,
+    /// Writer sends consecutive chunks of this file with sendfile(2) (e.g. a corral segment
+    /// file) instead of one chunk of memory: the kernel's part of a sendfile fetch, no server.
+    #[arg(long)]
+    sendfile_from: Option<PathBuf>,
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    timing: Timing,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Suite(args) => suite_command(args),
+        Command::Produce(args) => produce_command(args),
+        Command::Fetch(args) => fetch_command(args),
+        Command::Loopback(args) => loopback_command(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("corral-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // One thread: the client must not compete with the server for the machine's few cores more
+    // than a single consumer or producer process would.
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+fn suite_command(args: SuiteArgs) -> Result<()> {
+    let (mut rounds, mut produce_reps, mut duration, mut warmup, mut data_bytes) =
+        (args.rounds, args.produce_reps, args.duration, args.warmup, args.data_bytes);
+    if args.quick {
+        (rounds, produce_reps, duration, warmup) = (2, 1, 1.5, 0.3);
+        data_bytes = data_bytes.min(256 << 20);
+    }
+    let opts = suite::SuiteOpts {
+        server: args.server,
+        server_args: args.server_args,
+        work_dir: args.work_dir,
+        keep_data: args.keep_data,
+        json: args.json,
+        data_bytes,
+        rounds: rounds.max(1),
+        produce_reps,
+        warmup: Duration::from_secs_f64(warmup),
+        duration: Duration::from_secs_f64(duration),
+        produce_partitions: args.produce_partitions,
+        produce_connections: args.produce_connections,
+        produce_in_flight: args.produce_in_flight,
+        record_size: args.shape.record_size as usize,
+        batch_records: args.shape.batch_records,
+        fetch_bytes: args.shape.fetch_bytes()?,
+        socket: args.shape.socket(),
+    };
+    if !opts.server.exists() {
+        anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
+    }
+    suite::run(&opts)
+}
+
+fn produce_command(args: ProduceArgs) -> Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        if let Some(partitions) = args.create {
+            let mut admin = kafka::KafkaConn::connect(args.bootstrap, args.shape.socket()).await?;
+            kafka::create_topic(&mut admin, &args.topic, partitions, &[]).await?;
+        }
+        let opts = produce::ProduceOpts {
+            topic: args.topic.clone(),
+            connections: args.connections,
+            record_size: args.shape.record_size as usize,
+            batch_records: args.shape.batch_records,
+            in_flight: args.in_flight,
+            acks: args.acks,
+            warmup: args.timing.warmup(),
+            duration: args.timing.duration(),
+            total_bytes: args.bytes,
+            socket: args.shape.socket(),
+            server_pid: args.server_pid,
+        };
+        println!(
+            "produce to {} at {}: {} B records x {} per batch, {} connections, {} in flight each, acks={}",
+            args.topic, args.bootstrap, opts.record_size, opts.batch_records, opts.connections, opts.in_flight, opts.acks
+        );
+        let reps = if args.bytes.is_some() { 1 } else { args.timing.reps.max(1) };
+        let mut series = Series::default();
+        for rep in 0..reps {
+            let m = produce::run(args.bootstrap, &opts).await?;
+            println!("  run {}: {}", rep + 1, m.describe());
+            print_cpu(&m);
+            series.push(m);
+        }
+        summary(&series);
+        Ok(())
+    })
+}
+
+fn fetch_command(args: FetchArgs) -> Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut opts = fetch::FetchOpts {
+            topic: args.topic.clone(),
+            partition: args.partition,
+            fetch_bytes: args.shape.fetch_bytes()?,
+            warmup: args.timing.warmup(),
+            duration: args.timing.duration(),
+            one_pass: true,
+            socket: args.shape.socket(),
+            server_pid: args.server_pid,
+        };
+        println!(
+            "fetch {}-{} from {}: {} B fetches, SO_RCVBUF {}",
+            args.topic, args.partition, args.bootstrap, opts.fetch_bytes, args.shape.rcvbuf
+        );
+        if !args.no_warm_pass {
+            let m = fetch::run(args.bootstrap, &opts).await?;
+            println!("  warm pass (untimed): {}", m.describe());
+        }
+        opts.one_pass = false;
+        let mut series = Series::default();
+        for rep in 0..args.timing.reps.max(1) {
+            let m = fetch::run(args.bootstrap, &opts).await?;
+            println!("  run {}: {}", rep + 1, m.describe());
+            print_cpu(&m);
+            series.push(m);
+        }
+        summary(&series);
+        Ok(())
+    })
+}
+
+fn loopback_command(args: LoopbackArgs) -> Result<()> {
+    let rt = runtime()?;
+    let modes = if args.mode.is_empty() { vec![loopback::Mode::Stream, loopback::Mode::Rr] } else { args.mode.clone() };
+    println!("loopback: {} B chunks, SO_RCVBUF {}", args.shape.fetch_bytes, args.shape.rcvbuf);
+    for mode in modes {
+        let opts = loopback::LoopbackOpts {
+            mode,
+            chunk: args.shape.fetch_bytes as usize,
+            warmup: args.timing.warmup(),
+            duration: args.timing.duration(),
+            socket: args.shape.socket(),
+            file: args.sendfile_from.clone(),
+        };
+        println!("{}{}:", mode.label(), if opts.file.is_some() { ", sendfile from the file" } else { "" });
+        let mut series = Series::default();
+        for rep in 0..args.timing.reps.max(1) {
+            let m = rt.block_on(loopback::run(&opts))?;
+            println!("  run {}: {}", rep + 1, m.describe());
+            series.push(m);
+        }
+        summary(&series);
+    }
+    Ok(())
+}
+
+fn print_cpu(m: &Measurement) {
+    if let Some((user, system)) = m.server_cpu_per_gb() {
+        println!("         server CPU per GB: {user:.3} s user + {system:.3} s system");
+    }
+}
+
+fn summary(series: &Series) {
+    println!(
+        "  median {:.1} MB/s, best {:.1} MB/s over {} runs (MB = 10^6 bytes)",
+        series.median_mbps(),
+        series.best_mbps(),
+        series.runs.len()
+    );
+}
+
+/// Sizes: a number of bytes, optionally with a binary (KiB, MiB, GiB, or K, M, G) or decimal
+/// (KB, MB, GB) unit.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        other => return Err(format!("unknown size unit '{other}' (use KiB, MiB, GiB, KB, MB or GB)")),
+    };
+    number.checked_mul(multiplier).ok_or_else(|| format!("'{s}' is too large"))
+}

@@ -1,0 +1,255 @@
+//! A corral server started by the benchmark: free ports on 127.0.0.1, a data directory, a config
+//! file, readiness through the admin port, SIGTERM to stop.
+//!
+//! Nothing may outlive the benchmark: the child is killed when its handle is dropped (error
+//! paths, panics), and asks the kernel for SIGTERM should the benchmark itself die
+//! (PR_SET_PDEATHSIG). SIGINT and SIGTERM skip destructors, so [`cleanup_on_signal`] kills the
+//! registered servers and removes the registered scratch directories itself before exiting.
+
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Servers running and scratch directories in use, for [`cleanup_on_signal`].
+static LIVE: Mutex<(Vec<u32>, Vec<PathBuf>)> = Mutex::new((Vec::new(), Vec::new()));
+
+/// Registers a scratch directory to remove if the benchmark is interrupted.
+pub(crate) fn register_dir(dir: &Path) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).1.push(dir.to_path_buf());
+}
+
+pub(crate) fn unregister_dir(dir: &Path) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).1.retain(|d| d != dir);
+}
+
+fn register_pid(pid: u32) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).0.push(pid);
+}
+
+fn unregister_pid(pid: u32) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).0.retain(|&p| p != pid);
+}
+
+/// On SIGINT or SIGTERM: kill the registered servers, remove the registered directories, exit
+/// with 130. Runs on its own thread so it works whatever the main thread is blocked on.
+pub(crate) fn cleanup_on_signal() -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Installed here, before the thread starts, so that a signal arriving early is not lost.
+    let (mut term, mut int) = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        anyhow::Ok((signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?))
+    })?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+        eprintln!("corral-bench: interrupted; stopping servers and removing scratch data");
+        let (pids, dirs) = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in pids {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        // Give the kernel a moment to close the servers' files before their directory goes.
+        std::thread::sleep(Duration::from_millis(200));
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        std::process::exit(130);
+    })?;
+    Ok(())
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+pub(crate) struct ManagedServer {
+    child: Option<Child>,
+    pub(crate) kafka: SocketAddr,
+    log: PathBuf,
+}
+
+impl ManagedServer {
+    /// Starts `binary serve` and waits until /health/ready answers 200. `extra_args` are passed
+    /// through (e.g. `--shards 1`).
+    pub(crate) fn start(binary: &Path, data_dir: &Path, config: &Path, log: &Path, extra_args: &[String]) -> Result<ManagedServer> {
+        // Ports are found by binding port 0 and releasing it; another process could take one in
+        // between, so a start that fails is retried on fresh ports.
+        let mut last_error = None;
+        for _ in 0..3 {
+            let kafka = free_port()?;
+            let admin = free_port()?;
+            match ManagedServer::start_on(binary, data_dir, config, log, extra_args, kafka, admin) {
+                Ok(server) => return Ok(server),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("at least one attempt"))
+    }
+
+    fn start_on(
+        binary: &Path,
+        data_dir: &Path,
+        config: &Path,
+        log: &Path,
+        extra_args: &[String],
+        kafka: SocketAddr,
+        admin: SocketAddr,
+    ) -> Result<ManagedServer> {
+        let log_file = File::options().create(true).append(true).open(log).with_context(|| format!("{}", log.display()))?;
+        let mut command = Command::new(binary);
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen")
+            .arg(kafka.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
+            .arg("--config")
+            .arg(config)
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        if std::env::var_os("CORRAL_LOG").is_none() {
+            command.env("CORRAL_LOG", "warn");
+        }
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+        // which is async-signal-safe; it allocates nothing and touches no shared state.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().with_context(|| format!("cannot start {}", binary.display()))?;
+        register_pid(child.id());
+        let mut server = ManagedServer { child: Some(child), kafka, log: log.to_path_buf() };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = server.child.as_mut().expect("running").try_wait()? {
+                if let Some(child) = server.child.take() {
+                    unregister_pid(child.id());
+                }
+                bail!("corral exited during startup ({status}):\n{}", server.log_tail());
+            }
+            if ready(admin) {
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                bail!("corral not ready after {READY_TIMEOUT:?}:\n{}", server.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Graceful stop: SIGTERM, then wait for exit (killed if it takes too long).
+    pub(crate) fn stop(mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let _registered = Unregister(child.id());
+        // SAFETY: kill(2) with a pid we own and have not reaped (so it cannot have been reused).
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if !status.success() {
+                    bail!("corral exited with {status} on SIGTERM:\n{}", self.log_tail());
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("corral did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for ManagedServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            unregister_pid(child.id());
+        }
+    }
+}
+
+/// Unregisters a pid once its process has been waited for, on every path out of `stop`.
+struct Unregister(u32);
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        unregister_pid(self.0);
+    }
+}
+
+fn free_port() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// GET /health/ready; true on a 200.
+fn ready(admin: SocketAddr) -> bool {
+    let probe = || -> std::io::Result<bool> {
+        let mut s = TcpStream::connect_timeout(&admin, Duration::from_millis(200))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.write_all(b"GET /health/ready HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head)?;
+        Ok(head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"))
+    };
+    probe().unwrap_or(false)
+}
+
+/// (user, system) CPU time of a process, from fields 14 and 15 of /proc/PID/stat.
+pub(crate) fn process_cpu_time(pid: u32) -> Option<(Duration, Duration)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields are counted after its ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = clock_ticks();
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some((Duration::from_secs_f64(user as f64 / ticks), Duration::from_secs_f64(system as f64 / ticks)))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
