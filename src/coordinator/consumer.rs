@@ -400,6 +400,9 @@ impl CoordinatorState {
                     old.id = member_id.clone();
                     old.epoch = 0;
                     old.previous_epoch = 0;
+                    // Timers are keyed by member id: the new id needs its own.
+                    old.session_deadline = None;
+                    old.rebalance_deadline = None;
                     group.members.insert(member_id.clone(), old);
                     for holder in group.owners.values_mut() {
                         if *holder == owner {

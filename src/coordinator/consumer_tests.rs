@@ -366,6 +366,9 @@ fn a_static_member_restart_keeps_its_partitions() {
     let mut old = h.request("s1", 1);
     old.instance_id = Some("inst".into());
     assert_eq!(h.send(old).error, ResponseError::FencedInstanceId.code());
+    // The replacement has a session of its own: silent, it is removed after it.
+    h.advance_to(h.now + SESSION as i64 + 1);
+    assert!(!h.state.consumer_groups["g"].members.contains_key("s2"), "the replacement's session expires");
 }
 
 #[test]

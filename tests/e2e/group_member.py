@@ -13,15 +13,29 @@ one event per line, flushed at once:
     {"ev": "records", "recs": [[topic, p, offset, key], ...]}
     {"ev": "committing", "offsets": [[topic, p, offset], ...]}     (before each synchronous commit)
     {"ev": "commit", "offsets": [[topic, p, offset], ...], "errors": [[topic, p, error] ...], "error": null | str}
-    {"ev": "error", "msg": str}
+    {"ev": "error", "msg": str, "code": name}                       (confluent-kafka)
+    {"ev": "holding", "pid": N}                                   (with "hold": consumer made, not subscribed)
     {"ev": "closed"}
 
 "owned" is the member's whole assignment after the callback, so the test does not have to replay
-incremental (cooperative) assignments itself. Commands arrive as lines on stdin: "close" closes the
-consumer the way an application would (confluent-kafka: close(), which sends LeaveGroup for a
-dynamic member; kafka-python: close()) and exits 0. End of stdin does the same, so a member never
-outlives the test that started it. A member that is SIGKILLed does neither: that is how the tests
-make a member disappear without a LeaveGroup.
+incremental (cooperative) assignments itself. Every event also carries "ts", the member's
+time.monotonic() when it was emitted (CLOCK_MONOTONIC, one clock for every process of the machine,
+so events of different members can be ordered); rebalance callbacks add "t0", the time the callback
+was entered. An assignment therefore holds from its "t0" and a revocation is complete at its "ts".
+
+With "protocol": "consumer" a confluent-kafka member uses the KIP-848 protocol
+(group.protocol=consumer): the broker decides the session timeout, the heartbeat interval and the
+assignment, so session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy are not
+set (librdkafka rejects them); "remote_assignor" becomes group.remote.assignor. Its rebalance
+callbacks are incremental, as with cooperative-sticky. With "hold": true the member creates its
+consumer but subscribes only when told "go" on stdin (a restart can then be timed precisely).
+"log_level" sets the level of librdkafka's log lines on stderr (e.g. "DEBUG" with a "debug" setting).
+
+Commands arrive as lines on stdin: "close" closes the consumer the way an application would
+(confluent-kafka: close(), which sends LeaveGroup for a dynamic classic member, and for a KIP-848
+member a leave heartbeat with epoch -1, or -2 if static; kafka-python: close()) and exits 0. End of
+stdin does the same, so a member never outlives the test that started it. A member that is
+SIGKILLed does neither: that is how the tests make a member disappear without a LeaveGroup.
 """
 
 from __future__ import annotations
@@ -33,12 +47,14 @@ import queue
 import struct
 import sys
 import threading
+import time
 
 CONF = json.loads(sys.argv[1])
 OUT_LOCK = threading.Lock()
 
 
 def emit(**event) -> None:
+    event["ts"] = time.monotonic()
     line = json.dumps(event)
     with OUT_LOCK:
         sys.stdout.write(line + "\n")
@@ -81,16 +97,16 @@ def run_confluent() -> None:
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     log = logging.getLogger("librdkafka")
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
-    cooperative = CONF.get("assignor") == "cooperative-sticky"
+    level = getattr(logging, CONF.get("log_level", "INFO"))
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(message)s")
+    kip848 = CONF.get("protocol") == "consumer"
+    cooperative = kip848 or CONF.get("assignor") == "cooperative-sticky"
     conf = {
         "bootstrap.servers": CONF["bootstrap"],
         "group.id": CONF["group"],
         "client.id": CONF.get("client_id", "corral-e2e-member"),
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": CONF.get("session_timeout_ms", 6000),
-        "heartbeat.interval.ms": CONF.get("heartbeat_interval_ms", 500),
         "max.poll.interval.ms": CONF.get("max_poll_interval_ms", 20000),
         "fetch.wait.max.ms": 100,
         "socket.timeout.ms": 10000,
@@ -98,6 +114,14 @@ def run_confluent() -> None:
         "reconnect.backoff.max.ms": 500,
         "logger": log,
     }
+    if kip848:
+        # KIP-848: the broker decides the session timeout, the heartbeat interval and the assignor.
+        conf["group.protocol"] = "consumer"
+        if CONF.get("remote_assignor"):
+            conf["group.remote.assignor"] = CONF["remote_assignor"]
+    else:
+        conf["session.timeout.ms"] = CONF.get("session_timeout_ms", 6000)
+        conf["heartbeat.interval.ms"] = CONF.get("heartbeat_interval_ms", 500)
     if CONF.get("assignor"):
         conf["partition.assignment.strategy"] = CONF["assignor"]
     if CONF.get("instance_id"):
@@ -107,6 +131,7 @@ def run_confluent() -> None:
     owned: set = set()
 
     def on_assign(c, parts):
+        t0 = time.monotonic()
         # What confluent-kafka does by default, made explicit: cooperative assignments are
         # increments, eager ones the whole assignment.
         if cooperative:
@@ -115,24 +140,36 @@ def run_confluent() -> None:
             c.assign(parts)
             owned.clear()
         owned.update((tp.topic, tp.partition) for tp in parts)
-        emit(ev="assign", parts=tps(parts), owned=sorted(map(list, owned)), gen=cgmd_generation(c), member=c.memberid())
+        emit(ev="assign", parts=tps(parts), owned=sorted(map(list, owned)), gen=cgmd_generation(c), member=c.memberid(), t0=t0)
 
     def on_revoke(c, parts):
+        t0 = time.monotonic()
         if cooperative:
             c.incremental_unassign(parts)
         else:
             c.unassign()
         owned.difference_update((tp.topic, tp.partition) for tp in parts)
-        emit(ev="revoke", parts=tps(parts), owned=sorted(map(list, owned)))
+        emit(ev="revoke", parts=tps(parts), owned=sorted(map(list, owned)), t0=t0)
 
     def on_lost(c, parts):
+        t0 = time.monotonic()
         if cooperative:
             c.incremental_unassign(parts)
         else:
             c.unassign()
         owned.difference_update((tp.topic, tp.partition) for tp in parts)
-        emit(ev="lost", parts=tps(parts), owned=sorted(map(list, owned)))
+        emit(ev="lost", parts=tps(parts), owned=sorted(map(list, owned)), t0=t0)
 
+    if CONF.get("hold"):
+        emit(ev="holding", pid=os.getpid())
+        while True:
+            cmd = COMMANDS.get()
+            if cmd == "go":
+                break
+            if cmd == "close":
+                consumer.close()
+                emit(ev="closed")
+                return
     consumer.subscribe(CONF["topics"], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     emit(ev="started", pid=os.getpid())
     batch = CONF.get("batch", 100)
@@ -149,7 +186,7 @@ def run_confluent() -> None:
             if err is None:
                 good.append(m)
             elif err.code() != KafkaError._PARTITION_EOF:
-                emit(ev="error", msg=str(err))
+                emit(ev="error", msg=str(err), code=err.name())
         if not good:
             continue
         emit(ev="records", recs=[[m.topic(), m.partition(), m.offset(), (m.key() or b"").decode()] for m in good])

@@ -75,6 +75,7 @@ class Member:
             stderr=self._stderr,
             cwd=HERE,
         )
+        self.killed_at: float | None = None
         self.reader = threading.Thread(target=self._read, name=f"member-{name}", daemon=True)
         self.reader.start()
 
@@ -161,7 +162,14 @@ class Member:
         if self.alive():
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
+        # When it was surely dead (same clock as the events' "ts": CLOCK_MONOTONIC).
+        self.killed_at = time.monotonic()
         self.reader.join(10)
+
+    def go(self) -> None:
+        """Lets a member started with hold=True subscribe."""
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
 
     def stderr_tail(self, lines: int = 40) -> str:
         if not self._stderr.closed:
@@ -211,6 +219,58 @@ def assert_not_evicted_early(survivor: Member, killed_at: float, session_ms: int
     assert reaction["t"] - killed_at >= 0.6 * session_ms / 1000, (
         f"the member was evicted {reaction['t'] - killed_at:.2f}s after it was killed; its session timeout is {session_ms} ms"
     )
+
+
+def ownership_intervals(m: Member) -> list[tuple[tuple[str, int], float, float, str]]:
+    """(partition, start, end, how it ended) for every span in which `m` owned a partition.
+
+    Uses the member's own timestamps (CLOCK_MONOTONIC, comparable across processes): a span starts
+    when the assign callback that gave the partition was entered ("t0") and ends when the revoke or
+    lost callback that took it away had returned ("ts"), or when the member exited (its "closed"
+    event, or the moment it was known dead after a SIGKILL). Spans still open end at +inf. The
+    spans are therefore as wide as the member's ownership can have been, never narrower.
+    """
+    spans = []
+    since: dict[tuple[str, int], float] = {}
+    end_of_life = float("inf")
+    for e in m.snapshot():
+        if e["ev"] == "assign":
+            for tp in map(tuple, e["parts"]):
+                since.setdefault(tp, e["t0"])
+        elif e["ev"] in ("revoke", "lost"):
+            for tp in map(tuple, e["parts"]):
+                if tp in since:
+                    spans.append((tp, since.pop(tp), e["ts"], e["ev"]))
+        elif e["ev"] == "closed":
+            end_of_life = min(end_of_life, e["ts"])
+    if m.killed_at is not None:
+        end_of_life = min(end_of_life, m.killed_at)
+    for tp, start in since.items():
+        spans.append((tp, start, end_of_life, "exit" if end_of_life != float("inf") else "open"))
+    return spans
+
+
+def double_ownership(ms: list[Member]) -> list[str]:
+    """Every moment at which a partition was owned by two members at once (by their callbacks):
+    a partition must be revoked by its old owner before its new owner's assign callback runs."""
+    by_tp: dict[tuple[str, int], list[tuple[float, float, str, str]]] = {}
+    for m in ms:
+        for tp, start, end, how in ownership_intervals(m):
+            by_tp.setdefault(tp, []).append((start, end, m.name, how))
+    problems = []
+    for tp, spans in sorted(by_tp.items()):
+        spans.sort()
+        for (s1, e1, n1, h1), (s2, e2, n2, h2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                problems.append(
+                    f"{tp}: {n2} was assigned it at {s2:.3f} while {n1} owned it (since {s1:.3f}, until {h1} at {e1:.3f})"
+                )
+    return problems
+
+
+def callback_log(m: Member) -> list[tuple[str, list[int]]]:
+    """The member's rebalance callbacks in order, as (kind, partitions)."""
+    return [(e["ev"], [p for _, p in e["parts"]]) for e in m.snapshot() if e["ev"] in ("assign", "revoke", "lost")]
 
 
 def all_records(ms: list[Member]) -> Counter:
