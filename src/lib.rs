@@ -12,6 +12,7 @@
 //! - `api`: one file per Kafka API and the table ApiVersions is generated from.
 //! - [`cluster`]: the topic catalog, topic admin, producer ids.
 //! - [`storage`]: partition logs (segments, indexes, recovery, retention).
+//! - [`raft`]: the openraft type config and the Raft log store (segment files, group commit).
 //! - [`record_batch`]: the v2 record batch format.
 //! - [`metrics`] and `admin`: Prometheus metrics and the HTTP admin listener.
 //!
@@ -33,6 +34,7 @@ pub mod metrics;
 mod net;
 pub mod node;
 pub mod protocol;
+pub mod raft;
 pub mod record_batch;
 pub mod runtime;
 pub mod server;

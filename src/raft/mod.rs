@@ -1,0 +1,104 @@
+//! Raft: how corral makes the coordinator's state durable and replicated (openraft 0.9,
+//! `storage-v2`, `singlethreaded`).
+//!
+//! # Raft groups
+//!
+//! Every group in a node shares the one [`TypeConfig`] declared here:
+//!
+//! - **One group per coordinator partition** (`__consumer_offsets` partition `p`). Its leader is
+//!   the group coordinator for every consumer group that hashes to `p`. What must survive a crash —
+//!   group metadata at sync, committed offsets, member changes of KIP-848 groups — is a
+//!   [`Command`] in its log, holding records in Kafka's `__consumer_offsets` key/value layouts so
+//!   the internal topic can be served to tools that read it. Raft `apply` replays them through the
+//!   same sans-I/O group state machine the leader runs.
+//! - **One metadata group**: topics, partition placement, cluster membership.
+//!
+//! A single node is a one-voter cluster: the same code path, durable on its own disk. Heartbeat
+//! liveness stays in memory on the leader, as in Kafka; it is never logged.
+//!
+//! # Layout
+//!
+//! - [`log_store`]: [`RaftLogStore`], the log on our own segment files, with group commit (many
+//!   appends share one fsync) and torn-tail recovery.
+//! - `entry_codec`: the binary format of log records and of the small vote / committed / purged
+//!   files beside them.
+//!
+//! The state machines (the coordinator's, the metadata group's), the network (all groups between
+//! two nodes multiplexed on one connection) and the inbound RPC endpoint come next, beside these.
+//!
+//! # Runtime
+//!
+//! With openraft's `singlethreaded` feature nothing here needs `Send`: a Raft instance, its log
+//! store and its state machine live on the shard that owns the partition, on that shard's
+//! `LocalSet` (openraft spawns its tasks with `spawn_local`, so `Raft::new` must run inside one).
+//! Only the fsyncs leave the shard thread, on tokio's blocking pool.
+
+mod entry_codec;
+pub mod log_store;
+
+use bytes::Bytes;
+
+pub use entry_codec::CodecError;
+pub use log_store::{LogReader, LogStoreConfig, LogStoreError, LogSyncHandle, RaftLogStore, RecoveryReport, SyncStats};
+
+openraft::declare_raft_types!(
+    /// The openraft type configuration of every corral Raft group.
+    pub TypeConfig:
+        D = Command,
+        R = (),
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A node's id in every Raft group (the broker id).
+pub type NodeId = u64;
+/// A log entry of any corral Raft group.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// `(leader id, index)` of a log entry.
+pub type LogId = openraft::LogId<NodeId>;
+/// A persisted vote.
+pub type Vote = openraft::Vote<NodeId>;
+/// Voters and learners of a group, with their addresses.
+pub type Membership = openraft::Membership<NodeId, openraft::BasicNode>;
+/// The error every storage call returns to openraft.
+pub type StorageError = openraft::StorageError<NodeId>;
+/// A running Raft group.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// The application data of a log entry: an opaque payload. The coordinator puts encoded
+/// `__consumer_offsets` record batches in it; the log store stores and returns the bytes as they
+/// are and never looks inside.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Command {
+    payload: Bytes,
+}
+
+impl Command {
+    pub fn new(payload: Bytes) -> Command {
+        Command { payload }
+    }
+
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    pub fn into_payload(self) -> Bytes {
+        self.payload
+    }
+}
+
+impl std::fmt::Debug for Command {
+    /// The length only: payloads are record batches, too long and too binary for a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Command").field("len", &self.payload.len()).finish()
+    }
+}
+
+impl From<Bytes> for Command {
+    fn from(payload: Bytes) -> Command {
+        Command::new(payload)
+    }
+}
