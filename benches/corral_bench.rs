@@ -4,19 +4,35 @@
 //! responses read as raw frames), so no client library's batching or record parsing is part of
 //! what is measured. See BENCHMARKS.md for the method and the latest results.
 //!
-//! - `suite`: starts corral, runs every scenario, prints the table and the target ratios.
+//! - `suite`: starts corral, runs every scenario, prints the table and the target ratios
+//!   (`suite --groups`: the consumer-group suite instead).
 //! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
+//! - `groups suite`: starts corral and runs the consumer-group scenarios (classic and KIP-848
+//!   rebalances, idle members' memory, heartbeat storm, offset commits); `groups rebalance` and
+//!   `groups load` run halves of it against a running server.
 //!
 //! Layout: `bench/kafka.rs` is the reusable client connection (send a request, read the
 //! response frame by correlation id) and protocol helpers; each scenario has its own module;
-//! new scenarios (consumer groups, other brokers) plug in the same way.
+//! `bench/mux.rs` shares a connection among many simulated group members
+//! (`bench/group_classic.rs`, `bench/group_consumer.rs`, `bench/group_load.rs`), and
+//! `bench/groups_suite.rs` runs them.
 
 #[path = "bench/fetch.rs"]
 mod fetch;
+#[path = "bench/group_classic.rs"]
+mod group_classic;
+#[path = "bench/group_consumer.rs"]
+mod group_consumer;
+#[path = "bench/group_load.rs"]
+mod group_load;
+#[path = "bench/groups_suite.rs"]
+mod groups_suite;
 #[path = "bench/kafka.rs"]
 mod kafka;
 #[path = "bench/loopback.rs"]
 mod loopback;
+#[path = "bench/mux.rs"]
+mod mux;
 #[path = "bench/produce.rs"]
 mod produce;
 #[path = "bench/server.rs"]
@@ -57,6 +73,219 @@ enum Command {
     Fetch(FetchArgs),
     /// Measure the loopback TCP limit with the fetch reader's code path.
     Loopback(LoopbackArgs),
+    /// Consumer-group scenarios: simulated members of classic and KIP-848 groups.
+    Groups(GroupsArgs),
+}
+
+#[derive(Debug, Args)]
+struct GroupsArgs {
+    #[command(subcommand)]
+    command: GroupsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsCommand {
+    /// Start corral (configured for the benchmark) and run every consumer-group scenario.
+    Suite(GroupsSuiteArgs),
+    /// Rebalance scenarios against a running server: classic start / leave / join and KIP-848
+    /// start / join / leave (the server needs the topics' partitions; they are created).
+    Rebalance(GroupsRunningArgs),
+    /// Load scenarios against a running server: idle groups (memory per member with
+    /// --server-pid), heartbeat storm, offset commits.
+    Load(GroupsRunningArgs),
+}
+
+#[derive(Debug, Args)]
+struct GroupsSuiteArgs {
+    /// The corral binary to start.
+    #[arg(long, default_value = "target/release/corral")]
+    server: PathBuf,
+    /// Extra argument for `corral serve` (repeatable), e.g. --server-arg=--shards --server-arg=1.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    work_dir: PathBuf,
+    /// Keep the data directories and the server logs.
+    #[arg(long)]
+    keep_data: bool,
+    /// Run only one half: `rebalance` (scenarios 1, 2, 6) or `load` (3, 4, 5).
+    #[arg(long, value_parser = ["rebalance", "load"])]
+    only: Option<String>,
+    /// Smoke test: 200 members, 1 repetition, 1,000 idle groups, 2 s runs.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    shape: GroupShape,
+}
+
+#[derive(Debug, Args)]
+struct GroupsRunningArgs {
+    /// Address of the Kafka listener.
+    #[arg(long)]
+    bootstrap: SocketAddr,
+    /// Pid of the server: its CPU time (per event, per heartbeat) and memory (per idle member).
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// The server's shard count (heartbeats per shard).
+    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    shards: usize,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    shape: GroupShape,
+}
+
+/// The consumer-group scenarios' shape.
+#[derive(Debug, Clone, Args)]
+struct GroupShape {
+    /// Repetitions of the rebalance scenarios (each in fresh groups); medians are reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Members of the rebalancing groups.
+    #[arg(long, default_value_t = 1000)]
+    members: usize,
+    /// Topics of scenario 6 (classic and KIP-848 side by side; capped by the open-file limit:
+    /// the server keeps 3 files open per partition) ...
+    #[arg(long, default_value_t = 10)]
+    topics: usize,
+    /// ... and partitions per topic (scenarios 1 and 2 use the first topic).
+    #[arg(long, default_value_t = 1000)]
+    partitions_per_topic: i32,
+    /// Server [groups] initial_rebalance_delay_ms.
+    #[arg(long, default_value_t = 1000)]
+    initial_delay_ms: u64,
+    /// Classic members' heartbeat interval (client side; bounds how long members take to notice
+    /// a rebalance).
+    #[arg(long, default_value_t = 100)]
+    heartbeat_interval_ms: u64,
+    #[arg(long, default_value_t = 30_000)]
+    session_timeout_ms: i32,
+    #[arg(long, default_value_t = 60_000)]
+    rebalance_timeout_ms: i32,
+    /// Server [groups] consumer_heartbeat_interval_ms (KIP-848 members use what it returns).
+    #[arg(long, default_value_t = 100)]
+    consumer_heartbeat_interval_ms: i32,
+    /// Server [groups] consumer_session_timeout_ms.
+    #[arg(long, default_value_t = 30_000)]
+    consumer_session_timeout_ms: i32,
+    /// KIP-848 server assignor (`uniform` or `range`); default: the server's first.
+    #[arg(long)]
+    assignor: Option<String>,
+    /// Connections for requests answered at once (heartbeats, leaves, first joins).
+    #[arg(long, default_value_t = 4)]
+    fast_lanes: usize,
+    /// Members per parking connection (JoinGroup, SyncGroup); keep it below the server's
+    /// kafka.max_inflight_per_connection (32).
+    #[arg(long, default_value_t = 25)]
+    members_per_lane: usize,
+    /// JoinGroup version the classic members speak.
+    #[arg(long, default_value_t = 5)]
+    join_version: i16,
+    /// Seconds an event may take before the run fails.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Idle groups for the memory, heartbeat and commit scenarios ...
+    #[arg(long, default_value_t = 10_000)]
+    idle_groups: usize,
+    /// ... members per idle group ...
+    #[arg(long, default_value_t = 5)]
+    idle_members: usize,
+    /// ... partitions of their topic.
+    #[arg(long, default_value_t = 10)]
+    idle_partitions: i32,
+    /// Idle groups created at a time.
+    #[arg(long, default_value_t = 2000)]
+    groups_per_wave: usize,
+    /// Session timeout of the idle members (they must outlive the scenarios without heartbeats).
+    #[arg(long, default_value_t = 600_000)]
+    idle_session_timeout_ms: i32,
+    /// Connections of the heartbeat storm.
+    #[arg(long, default_value_t = 8)]
+    storm_connections: usize,
+    /// Heartbeats in flight per storm connection.
+    #[arg(long, default_value_t = 128)]
+    storm_depth: usize,
+    /// Repetitions of the storm and the commit runs.
+    #[arg(long, default_value_t = 3)]
+    load_reps: usize,
+    /// Seconds of warm-up before each storm / commit run.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds measured per storm / commit run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Concurrent committers (one member of each of that many idle groups).
+    #[arg(long, default_value_t = 1000)]
+    committers: usize,
+    /// Partitions per OffsetCommit.
+    #[arg(long, default_value_t = 10)]
+    commit_partitions: i32,
+    /// Connections the committers share.
+    #[arg(long, default_value_t = 8)]
+    commit_connections: usize,
+}
+
+impl GroupShape {
+    fn defaults() -> Result<GroupShape> {
+        use clap::FromArgMatches;
+        let command = <GroupShape as Args>::augment_args(clap::Command::new("groups"));
+        Ok(GroupShape::from_arg_matches(&command.try_get_matches_from(["groups"])?)?)
+    }
+
+    fn quick(mut self) -> GroupShape {
+        self.reps = 1;
+        self.members = self.members.min(200);
+        self.idle_groups = self.idle_groups.min(1000);
+        self.groups_per_wave = self.groups_per_wave.min(500);
+        self.load_reps = 1;
+        self.duration = self.duration.min(2.0);
+        self.warmup = self.warmup.min(0.5);
+        self.committers = self.committers.min(200);
+        self
+    }
+
+    fn opts(&self, server: PathBuf, server_args: Vec<String>, work_dir: PathBuf, keep_data: bool, json: Option<PathBuf>) -> groups_suite::GroupsOpts {
+        groups_suite::GroupsOpts {
+            server,
+            server_args,
+            work_dir,
+            keep_data,
+            json,
+            rebalance: true,
+            load: true,
+            reps: self.reps.max(1),
+            members: self.members.max(2),
+            topics: self.topics.max(1),
+            partitions_per_topic: self.partitions_per_topic,
+            initial_delay_ms: self.initial_delay_ms,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms.max(1)),
+            session_timeout_ms: self.session_timeout_ms,
+            rebalance_timeout_ms: self.rebalance_timeout_ms,
+            consumer_heartbeat_interval_ms: self.consumer_heartbeat_interval_ms,
+            consumer_session_timeout_ms: self.consumer_session_timeout_ms,
+            assignor: self.assignor.clone(),
+            fast_lanes: self.fast_lanes.max(1),
+            per_parking_lane: self.members_per_lane.max(1),
+            join_version: self.join_version,
+            timeout: Duration::from_secs(self.timeout),
+            idle_groups: self.idle_groups,
+            idle_members_per_group: self.idle_members.max(1),
+            idle_partitions: self.idle_partitions.max(1),
+            groups_per_wave: self.groups_per_wave.max(1),
+            idle_session_timeout_ms: self.idle_session_timeout_ms,
+            storm_connections: self.storm_connections.max(1),
+            storm_depth: self.storm_depth.max(1),
+            load_reps: self.load_reps.max(1),
+            warmup: Duration::from_secs_f64(self.warmup),
+            duration: Duration::from_secs_f64(self.duration),
+            committers: self.committers.max(1),
+            commit_partitions: self.commit_partitions.max(1),
+            commit_connections: self.commit_connections.max(1),
+        }
+    }
 }
 
 /// Record, batch, fetch and socket sizes (shared by every scenario).
@@ -134,6 +363,9 @@ struct SuiteArgs {
     /// Keep the data directory and the server log instead of deleting them.
     #[arg(long)]
     keep_data: bool,
+    /// Run the consumer-group suite (`groups suite` with its defaults) instead of produce/fetch.
+    #[arg(long)]
+    groups: bool,
     /// Partitions of the produce topic.
     #[arg(long, default_value_t = 4)]
     produce_partitions: i32,
@@ -233,6 +465,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => produce_command(args),
         Command::Fetch(args) => fetch_command(args),
         Command::Loopback(args) => loopback_command(args),
+        Command::Groups(args) => groups_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -249,7 +482,44 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
+fn groups_command(args: GroupsArgs) -> Result<()> {
+    match args.command {
+        GroupsCommand::Suite(a) => {
+            let shape = if a.quick { a.shape.quick() } else { a.shape };
+            let mut opts = shape.opts(a.server, a.server_args, a.work_dir, a.keep_data, a.json);
+            match a.only.as_deref() {
+                Some("rebalance") => opts.load = false,
+                Some("load") => opts.rebalance = false,
+                _ => {}
+            }
+            if !opts.server.exists() {
+                anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
+            }
+            groups_suite::run(&opts)
+        }
+        GroupsCommand::Rebalance(a) => {
+            let mut opts = a.shape.opts(PathBuf::new(), Vec::new(), PathBuf::new(), false, a.json);
+            opts.load = false;
+            groups_suite::run_against(&opts, a.bootstrap, a.server_pid, a.shards)
+        }
+        GroupsCommand::Load(a) => {
+            let mut opts = a.shape.opts(PathBuf::new(), Vec::new(), PathBuf::new(), false, a.json);
+            opts.rebalance = false;
+            groups_suite::run_against(&opts, a.bootstrap, a.server_pid, a.shards)
+        }
+    }
+}
+
 fn suite_command(args: SuiteArgs) -> Result<()> {
+    if args.groups {
+        let shape = GroupShape::defaults()?;
+        let shape = if args.quick { shape.quick() } else { shape };
+        let opts = shape.opts(args.server, args.server_args, args.work_dir, args.keep_data, args.json);
+        if !opts.server.exists() {
+            anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
+        }
+        return groups_suite::run(&opts);
+    }
     let (mut rounds, mut produce_reps, mut duration, mut warmup, mut data_bytes) =
         (args.rounds, args.produce_reps, args.duration, args.warmup, args.data_bytes);
     if args.quick {

@@ -70,6 +70,9 @@ pub(crate) struct RawResponse<'a> {
     pub(crate) body: &'a [u8],
 }
 
+/// The server's version range per API key, from ApiVersions.
+pub(crate) type VersionRanges = HashMap<i16, (i16, i16)>;
+
 impl KafkaConn {
     /// Connects and negotiates API versions.
     pub(crate) async fn connect(addr: SocketAddr, opts: SocketOpts) -> Result<KafkaConn> {
@@ -92,6 +95,16 @@ impl KafkaConn {
         self.in_flight.len()
     }
 
+    /// The negotiated socket and the server's version ranges, for a connection that is driven
+    /// differently from here on (the multiplexed connections of the group scenarios). Nothing
+    /// may be in flight.
+    pub(crate) fn into_parts(self) -> Result<(TcpStream, VersionRanges)> {
+        if !self.in_flight.is_empty() {
+            bail!("{} requests still in flight", self.in_flight.len());
+        }
+        Ok((self.stream, self.versions))
+    }
+
     async fn negotiate(&mut self) -> Result<()> {
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("corral-bench"))
@@ -112,29 +125,14 @@ impl KafkaConn {
     /// The version to speak for `R`: the highest one at most `preferred` that both this crate
     /// and the server support.
     pub(crate) fn version<R: Request>(&self, preferred: i16) -> Result<i16> {
-        let name = api_name(R::KEY);
-        let &(server_min, server_max) = self.versions.get(&R::KEY).ok_or_else(|| anyhow!("server does not serve {name}"))?;
-        let version = preferred.min(server_max).min(R::VERSIONS.max);
-        if version < server_min.max(R::VERSIONS.min) {
-            bail!("no common {name} version: server {server_min}..={server_max}, client up to {preferred}");
-        }
-        Ok(version)
+        pick_version::<R>(&self.versions, preferred)
     }
 
     /// Encodes a request frame (size prefix included) with the given correlation id.
     fn encode<R: Request>(&mut self, version: i16, correlation_id: i32, request: &R) -> Result<Bytes> {
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(self.client_id.clone()));
         let buf = &mut self.encode_buf;
         buf.clear();
-        buf.put_i32(0);
-        header.encode(buf, R::header_version(version))?;
-        request.encode(buf, version).with_context(|| format!("encoding {} v{version}", api_name(R::KEY)))?;
-        let size = i32::try_from(buf.len() - 4)?;
-        buf[0..4].copy_from_slice(&size.to_be_bytes());
+        encode_frame(buf, version, correlation_id, &self.client_id, request)?;
         Ok(buf.split().freeze())
     }
 
@@ -209,6 +207,36 @@ impl KafkaConn {
         let version = self.version::<R>(preferred)?;
         Ok((version, self.call_at(version, request).await?))
     }
+}
+
+/// The version to speak for `R` with a server whose ranges are `versions`: the highest one at
+/// most `preferred` that both this crate and the server support.
+pub(crate) fn pick_version<R: Request>(versions: &HashMap<i16, (i16, i16)>, preferred: i16) -> Result<i16> {
+    let name = api_name(R::KEY);
+    let &(server_min, server_max) = versions.get(&R::KEY).ok_or_else(|| anyhow!("server does not serve {name}"))?;
+    let version = preferred.min(server_max).min(R::VERSIONS.max);
+    if version < server_min.max(R::VERSIONS.min) {
+        bail!("no common {name} version: server {server_min}..={server_max}, client up to {preferred}");
+    }
+    Ok(version)
+}
+
+/// Appends one request frame (size prefix included) to `buf`. Every request header version
+/// starts with api_key (2), api_version (2), correlation_id (4), so the correlation id is at
+/// bytes 8..12 of the frame and can be patched later.
+pub(crate) fn encode_frame<R: Request>(buf: &mut BytesMut, version: i16, correlation_id: i32, client_id: &StrBytes, request: &R) -> Result<()> {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(client_id.clone()));
+    let start = buf.len();
+    buf.put_i32(0);
+    header.encode(buf, R::header_version(version))?;
+    request.encode(buf, version).with_context(|| format!("encoding {} v{version}", api_name(R::KEY)))?;
+    let size = i32::try_from(buf.len() - start - 4)?;
+    buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
+    Ok(())
 }
 
 /// A request encoded once, resent with [`KafkaConn::send_prepared`].

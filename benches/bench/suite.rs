@@ -423,7 +423,7 @@ impl Report {
 
 /// The 1-minute load average: other tenants of a small machine show up here, and a run made
 /// under load is worth repeating.
-fn load_average() -> f64 {
+pub(crate) fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN)
 }
 
@@ -439,13 +439,13 @@ fn largest_segment(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Removed when dropped (on success and on error) unless the data should be kept.
-struct WorkDir {
-    path: PathBuf,
+pub(crate) struct WorkDir {
+    pub(crate) path: PathBuf,
     keep: bool,
 }
 
 impl WorkDir {
-    fn create(parent: &Path, keep: bool) -> Result<WorkDir> {
+    pub(crate) fn create(parent: &Path, keep: bool) -> Result<WorkDir> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
         let path = parent.join(format!("corral-bench-{}-{nanos:08x}", std::process::id()));
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
