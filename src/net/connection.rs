@@ -3,7 +3,8 @@
 //! The reader decodes each frame and runs the handler's ordering-critical first stage before it
 //! reads the next one (see [`crate::api::Handled`]); whatever the handler defers runs as its own
 //! task. The writer receives the pending responses through a bounded channel — its capacity is
-//! the connection's in-flight limit — and writes each one when it is complete, in order.
+//! the connection's in-flight limit — and writes each one when it is complete, in order; small
+//! responses that are ready together leave in one write.
 //!
 //! A malformed frame, an unknown API or an unsupported version closes this connection only,
 //! after the responses to earlier requests have been written.
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
+use bytes::BytesMut;
 use futures_util::StreamExt;
 use kafka_protocol::messages::ApiKey;
 use tokio::io::AsyncWriteExt;
@@ -88,19 +90,61 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     let _ = writer.await;
 }
 
+/// Small responses that are ready back to back are copied into one buffer and leave in one
+/// write: with many requests in flight (heartbeats, commits) a syscall per response would cost
+/// more than the requests themselves.
+const COALESCE_FRAME_MAX: usize = 16 * 1024;
+const COALESCE_BUFFER_MAX: usize = 64 * 1024;
+const IDLE_BUFFER_MAX: usize = 4 * 1024;
+
 async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, peer: SocketAddr) {
     let use_sendfile = shard.node.config.kafka.fetch_send == FetchSend::Sendfile;
     let mut copy_buf = Vec::new();
-    while let Some(pending) = rx.recv().await {
-        let reply = match pending.reply {
-            PendingReply::Ready(reply) => reply,
-            PendingReply::Task(task) => match task.await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    tracing::error!(%peer, api = ?pending.api, error = %e, "request handler failed; closing connection");
+    let mut out = BytesMut::new();
+    let mut yielded = false;
+    loop {
+        let pending = match rx.try_recv() {
+            Ok(pending) => pending,
+            Err(_) if !out.is_empty() && !yielded => {
+                // Let the reader and the handlers run once first: more responses may be ready
+                // to join this write.
+                yielded = true;
+                tokio::task::yield_now().await;
+                continue;
+            }
+            Err(_) => {
+                yielded = false;
+                // Nothing more is queued: what was gathered leaves now, and an idle connection
+                // does not keep a burst's buffer.
+                if flush(&mut socket, &mut out, peer).await.is_err() {
                     break;
                 }
-            },
+                if out.capacity() > IDLE_BUFFER_MAX {
+                    out = BytesMut::new();
+                }
+                match rx.recv().await {
+                    Some(pending) => pending,
+                    None => break,
+                }
+            }
+        };
+        let reply = match pending.reply {
+            PendingReply::Ready(reply) => reply,
+            PendingReply::Task(task) => {
+                if !task.is_finished() && !out.is_empty() {
+                    tokio::task::yield_now().await;
+                    if !task.is_finished() && flush(&mut socket, &mut out, peer).await.is_err() {
+                        break;
+                    }
+                }
+                match task.await {
+                    Ok(reply) => reply,
+                    Err(e) => {
+                        tracing::error!(%peer, api = ?pending.api, error = %e, "request handler failed; closing connection");
+                        break;
+                    }
+                }
+            }
             PendingReply::Close(e) => {
                 tracing::warn!(%peer, error = %e, "closing connection");
                 shard.metrics.request_rejected();
@@ -118,8 +162,22 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
                 break;
             }
             Reply::None => Ok(()),
-            Reply::Frame(bytes) => socket.write_all(&bytes).await,
-            Reply::Chunks(frame) => write_chunks(&shard, &mut socket, frame.chunks, use_sendfile, &mut copy_buf).await,
+            Reply::Frame(bytes) if bytes.len() <= COALESCE_FRAME_MAX => {
+                out.extend_from_slice(&bytes);
+                if out.len() >= COALESCE_BUFFER_MAX {
+                    socket.write_all_buf(&mut out).await
+                } else {
+                    Ok(())
+                }
+            }
+            Reply::Frame(bytes) => match socket.write_all_buf(&mut out).await {
+                Ok(()) => socket.write_all(&bytes).await,
+                Err(e) => Err(e),
+            },
+            Reply::Chunks(frame) => match socket.write_all_buf(&mut out).await {
+                Ok(()) => write_chunks(&shard, &mut socket, frame.chunks, use_sendfile, &mut copy_buf).await,
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = result {
             tracing::debug!(%peer, error = %e, "write failed; closing connection");
@@ -130,7 +188,17 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
             shard.metrics.request_completed(api, pending.started.elapsed());
         }
     }
+    // Responses gathered before a close still reach the client.
+    let _ = flush(&mut socket, &mut out, peer).await;
     let _ = socket.shutdown().await;
+}
+
+async fn flush(socket: &mut OwnedWriteHalf, out: &mut BytesMut, peer: SocketAddr) -> std::io::Result<()> {
+    let result = socket.write_all_buf(out).await;
+    if let Err(e) = &result {
+        tracing::debug!(%peer, error = %e, "write failed; closing connection");
+    }
+    result
 }
 
 async fn write_chunks(
