@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -66,6 +67,8 @@ pub struct Catalog {
     write: tokio::sync::Mutex<()>,
     path: PathBuf,
     shards: usize,
+    /// Counts changes (see [`crate::coordinator::consumer::TopicView::version`]).
+    version: AtomicU64,
 }
 
 impl Catalog {
@@ -79,7 +82,7 @@ impl Catalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
         };
-        let catalog = Catalog { by_name: DashMap::new(), by_id: DashMap::new(), write: Default::default(), path, shards };
+        let catalog = Catalog { by_name: DashMap::new(), by_id: DashMap::new(), write: Default::default(), path, shards, version: AtomicU64::new(0) };
         for t in stored {
             catalog.publish(catalog.build(t.name, t.id, t.partitions, t.config, None));
         }
@@ -100,6 +103,13 @@ impl Catalog {
     fn publish(&self, topic: Arc<Topic>) {
         self.by_id.insert(topic.id, topic.clone());
         self.by_name.insert(topic.name.clone(), topic);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn unpublish(&self, topic: &Topic) {
+        self.by_name.remove(&topic.name);
+        self.by_id.remove(&topic.id);
+        self.version.fetch_add(1, Ordering::Release);
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
@@ -135,8 +145,7 @@ impl Catalog {
         let topic = self.build(name.to_string(), Uuid::new_v4(), partitions, config, None);
         self.publish(topic.clone());
         if let Err(e) = self.persist() {
-            self.by_name.remove(name);
-            self.by_id.remove(&topic.id);
+            self.unpublish(&topic);
             return Err(e);
         }
         Ok(topic)
@@ -158,8 +167,7 @@ impl Catalog {
 
     /// Removes a topic and persists. Call with the change lock held.
     pub fn remove(&self, topic: &Topic) -> std::io::Result<()> {
-        self.by_name.remove(&topic.name);
-        self.by_id.remove(&topic.id);
+        self.unpublish(topic);
         self.persist()
     }
 
@@ -189,6 +197,10 @@ impl crate::coordinator::consumer::TopicView for Catalog {
 
     fn names(&self) -> Vec<String> {
         self.by_name.iter().filter(|t| !crate::cluster::is_internal(&t.name)).map(|t| t.name.clone()).collect()
+    }
+
+    fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 }
 

@@ -35,6 +35,9 @@ pub trait TopicView {
     fn by_id(&self, id: Uuid) -> Option<(String, i32)>;
     /// Every topic name (regex subscriptions are matched against them).
     fn names(&self) -> Vec<String>;
+    /// Moves whenever a topic is created, grown or deleted: heartbeats recheck the group's
+    /// subscribed topics only when it moved (or the subscriptions did).
+    fn version(&self) -> u64;
 }
 
 /// Reconciliation state of a member (persisted values as Kafka's `MemberState`).
@@ -142,6 +145,9 @@ pub struct ConsumerGroup {
     pub subscription_metadata: BTreeMap<String, Tp>,
     /// Topics matched by each member's regex when last resolved.
     pub resolved_regex: HashMap<String, BTreeSet<String>>,
+    /// The topic catalog's version when regexes and `subscription_metadata` were last brought up
+    /// to date; `None` after membership or subscriptions changed.
+    pub topics_checked: Option<u64>,
     pub state_timestamp: i64,
 }
 
@@ -157,6 +163,7 @@ impl ConsumerGroup {
             owners: HashMap::new(),
             subscription_metadata: BTreeMap::new(),
             resolved_regex: HashMap::new(),
+            topics_checked: None,
             state_timestamp: now,
         }
     }
@@ -504,13 +511,19 @@ impl CoordinatorState {
         if metadata_changed {
             records.push(GroupRecord::ConsumerMember { group: group.id.clone(), member: member_id.clone(), value: Some(group.members[&member_id].metadata()) });
         }
-        if resolve_regexes(group, topics) {
-            bump = true;
-        }
-        let metadata = subscription_metadata(group, topics);
-        if metadata != group.subscription_metadata {
-            group.subscription_metadata = metadata;
-            bump = true;
+        // Subscribed topics: rechecked only when subscriptions or the topics changed, so that a
+        // steady heartbeat costs the same in a group of 5 members as in one of 5,000.
+        let topics_version = topics.version();
+        if metadata_changed || group.topics_checked != Some(topics_version) {
+            if resolve_regexes(group, topics) {
+                bump = true;
+            }
+            let metadata = subscription_metadata(group, topics);
+            if metadata != group.subscription_metadata {
+                group.subscription_metadata = metadata;
+                bump = true;
+            }
+            group.topics_checked = Some(topics_version);
         }
         if bump || group.group_epoch == 0 {
             group.group_epoch += 1;
@@ -607,6 +620,7 @@ impl CoordinatorState {
         group.release_all(member_id);
         group.target.remove(member_id);
         group.resolved_regex.remove(member_id);
+        group.topics_checked = None;
         group.group_epoch += 1;
         group.state_timestamp = now;
         let mut records = member_tombstones(group_id, member_id);
@@ -817,25 +831,21 @@ pub(crate) fn preferred_assignor(group: &ConsumerGroup, cfg: &ConsumerGroupConfi
 /// released.
 fn reconcile(group: &mut ConsumerGroup, member_id: &str, target: &TopicPartitions, owned: Option<&TopicPartitions>, now: i64) {
     let target_epoch = group.assignment_epoch;
-    let before = holdings(&group.members[member_id]);
-    let owners = group.owners.clone();
-    let member = group.members.get_mut(member_id).expect("member present");
+    let still_owns = |tp: &Tp| owned.is_none_or(|o| o.get(&tp.0).is_some_and(|s| s.contains(&tp.1)));
+    let ConsumerGroup { members, owners, .. } = &mut *group;
+    let member = members.get_mut(member_id).expect("member present");
     if member.epoch == STATIC_LEAVE_EPOCH {
         // A returning static member resumes from its old assignment at epoch 0.
         member.epoch = 0;
     }
-    let still_owns = |tp: &Tp| owned.is_none_or(|o| o.get(&tp.0).is_some_and(|s| s.contains(&tp.1)));
-
-    if member.state == MemberState::UnrevokedPartitions {
-        if flatten(&member.pending_revocation).any(|tp| still_owns(&tp)) {
-            return;
-        }
-        member.pending_revocation.clear();
-        member.rebalance_deadline = None;
-        member.state = MemberState::Stable;
-    } else if member.epoch == target_epoch && member.state == MemberState::Stable {
-        return;
+    match member.state {
+        MemberState::UnrevokedPartitions if flatten(&member.pending_revocation).any(|tp| still_owns(&tp)) => return,
+        MemberState::Stable if member.epoch == target_epoch => return,
+        _ => {}
     }
+    let before = holdings(member);
+    member.pending_revocation.clear();
+    member.rebalance_deadline = None;
 
     let current: HashSet<Tp> = flatten(&member.assigned).collect();
     let wanted: HashSet<Tp> = flatten(target).collect();
@@ -853,13 +863,11 @@ fn reconcile(group: &mut ConsumerGroup, member_id: &str, target: &TopicPartition
         let (assignable, unreleased): (Vec<Tp>, Vec<Tp>) =
             wanted.difference(&kept).copied().partition(|tp| free(tp));
         member.assigned = to_topic_partitions(kept.into_iter().chain(assignable));
-        member.pending_revocation.clear();
         member.state = if unreleased.is_empty() { MemberState::Stable } else { MemberState::UnreleasedPartitions };
         if member.epoch != target_epoch {
             member.previous_epoch = member.epoch;
             member.epoch = target_epoch;
         }
-        member.rebalance_deadline = None;
     }
     group.set_holdings(member_id, &before);
 }

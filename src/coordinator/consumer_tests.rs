@@ -13,12 +13,13 @@ const NONE: i16 = 0;
 const SESSION: i32 = 10_000;
 
 #[derive(Default)]
-struct Topics(HashMap<String, (Uuid, i32)>);
+struct Topics(HashMap<String, (Uuid, i32)>, u64);
 
 impl Topics {
     fn add(&mut self, name: &str, partitions: i32) -> Uuid {
         let id = self.0.get(name).map(|t| t.0).unwrap_or_else(Uuid::new_v4);
         self.0.insert(name.to_string(), (id, partitions));
+        self.1 += 1;
         id
     }
 }
@@ -32,6 +33,9 @@ impl TopicView for Topics {
     }
     fn names(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
+    }
+    fn version(&self) -> u64 {
+        self.1
     }
 }
 
