@@ -104,6 +104,8 @@ impl CoordinatorState {
                 group.pending_sync.remove(&request.member_id);
                 if group.pending_sync.is_empty() {
                     group.sync_deadline = None;
+                    // Free the set's table: a settled group should cost only its members.
+                    group.pending_sync.shrink_to_fit();
                 }
                 if group.leader.as_deref() == Some(request.member_id.as_str()) {
                     let mut assignments: HashMap<String, Bytes> = HashMap::with_capacity(group.members.len());
@@ -121,6 +123,8 @@ impl CoordinatorState {
                 group.pending_sync.remove(&request.member_id);
                 if group.pending_sync.is_empty() {
                     group.sync_deadline = None;
+                    // Free the set's table: a settled group should cost only its members.
+                    group.pending_sync.shrink_to_fit();
                 }
                 let (id, protocol_type, protocol_name) = (group.id.clone(), group.protocol_type.clone(), group.protocol_name.clone());
                 let member = group.members.get_mut(&request.member_id).expect("validated");
@@ -413,7 +417,7 @@ fn join_existing_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupC
     if !group.supports(&request.protocol_type, &request.protocols) {
         return fail(out, ResponseError::InconsistentGroupProtocol);
     }
-    if group.pending_members.remove(&member_id).is_some() {
+    if group.take_pending(&member_id) {
         return add_member_and_rebalance(group, out, cfg, now, &request, member_id.clone(), token);
     }
     if let Err(e) = validate_member(group, &member_id, request.instance_id.as_deref()) {
