@@ -327,6 +327,11 @@ impl Tracker {
     }
 }
 
+/// A distinct, non-zero xorshift state for member `idx`.
+pub(crate) fn member_seed(idx: usize) -> u64 {
+    0x9e37_79b9_7f4a_7c15_u64 ^ (idx as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
 /// Small xorshift generator (heartbeat phases; no dependency needed).
 pub(crate) fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 13;
@@ -362,7 +367,7 @@ async fn member_loop(ctx: MemberCtx) -> Result<()> {
     let group = GroupId(StrBytes::from_string(spec.group_id.clone()));
     let protocols = vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_string(cfg.protocol.clone())).with_metadata(spec.subscription.clone())];
     let wake = tracker.with(idx, |t| t.wake.clone());
-    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ ((idx as u64 + 1) * 0x2545_f491_4f6c_dd1d);
+    let mut rng = member_seed(idx);
     let mut member_id = String::new();
     let stopped = |tracker: &Tracker| tracker.with(idx, |t| t.cmd == Cmd::Stop);
 

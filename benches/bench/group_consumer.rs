@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::group_classic::{xorshift, UNKNOWN_MEMBER_ID};
+use crate::group_classic::{member_seed, xorshift, UNKNOWN_MEMBER_ID};
 use crate::kafka::{error_name, topic_name};
 use crate::mux::Lanes;
 
@@ -264,7 +264,7 @@ async fn member_loop(ctx: MemberCtx) -> Result<()> {
     let group = GroupId(StrBytes::from_string(spec.group_id.clone()));
     let names: Vec<_> = spec.topics.names.iter().map(|n| topic_name(n)).collect();
     let wake = tracker.tracks.borrow()[idx].wake.clone();
-    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ ((idx as u64 + 1) * 0x2545_f491_4f6c_dd1d);
+    let mut rng = member_seed(idx);
     let mut epoch = 0;
     let mut owned: Vec<(Uuid, Vec<i32>)> = Vec::new();
     let mut full = true;

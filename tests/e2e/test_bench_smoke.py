@@ -1,0 +1,49 @@
+"""Smoke test of corral-bench: each suite runs on a tiny scale against the debug build and its
+results file carries a number for every scenario. Speed is never asserted; a scenario that
+could not produce its number fails the test."""
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+from conftest import DEFAULT_BINARY, REPO
+
+BENCH = DEFAULT_BINARY.parent / "corral-bench"
+
+
+def run_bench(args: list[str], json_path: Path, tmp_path: Path, timeout: float) -> dict:
+    assert BENCH.exists(), f"{BENCH} is missing: `cargo build --bins` builds it"
+    cmd = [str(BENCH), *args, "--server", str(DEFAULT_BINARY), "--json", str(json_path), "--work-dir", str(tmp_path)]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return json.loads(json_path.read_text())
+
+
+def positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def test_groups_suite_quick(tmp_path):
+    results = run_bench(
+        ["groups", "suite", "--quick", "--members", "20", "--partitions-per-topic", "20", "--topics", "2",
+         "--idle-groups", "100", "--groups-per-wave", "50", "--committers", "20", "--initial-delay-ms", "300"],
+        tmp_path / "groups.json", tmp_path, timeout=600,
+    )
+    rebalances = results["rebalances"]
+    for name in ["classic_start", "classic_leave_hb", "classic_leave_now", "multi_classic_start", "multi_classic_join",
+                 "multi_classic_leave", "multi_consumer_start", "multi_consumer_join", "multi_consumer_leave"]:
+        assert positive(rebalances[name]["median_total_ms"]), (name, rebalances[name])
+    # Tiny groups may fit in memory the allocator already holds: a number, not necessarily > 0.
+    assert math.isfinite(results["idle_members"]["bytes_per_member_rss"])
+    assert all(positive(run["per_sec"]) for run in results["heartbeat_storm"]), results["heartbeat_storm"]
+    assert all(positive(run["commits_per_sec"]) for run in results["commits"]), results["commits"]
+
+
+def test_produce_fetch_suite_quick(tmp_path):
+    results = run_bench(["suite", "--quick", "--data-bytes", "32MiB"], tmp_path / "suite.json", tmp_path, timeout=600)
+    for name in ["produce", "produce_fill", "fetch_sendfile", "fetch_pread", "loopback_stream", "loopback_rr",
+                 "loopback_rr_sendfile_segment"]:
+        assert positive(results["results"][name]["median_mb_per_sec"]), (name, results["results"][name])
+    for name, ratio in results["ratios"].items():
+        assert positive(ratio), (name, ratio)
