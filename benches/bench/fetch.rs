@@ -19,7 +19,7 @@ use crate::stats::{cpu_probe, Measurement, Window};
 use crate::wire::SocketOpts;
 
 /// Fetch v12 is the newest version that names topics (v13+ use topic ids).
-const PREFERRED_VERSION: i16 = 12;
+pub(crate) const PREFERRED_VERSION: i16 = 12;
 /// A server that stops answering fails the run instead of hanging it.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -97,14 +97,18 @@ pub(crate) async fn run(bootstrap: SocketAddr, opts: &FetchOpts) -> Result<Measu
 }
 
 fn request(opts: &FetchOpts, offset: i64) -> FetchRequest {
-    let partition =
-        FetchPartition::default().with_partition(opts.partition).with_fetch_offset(offset).with_partition_max_bytes(opts.fetch_bytes);
-    let topic = FetchTopic::default().with_topic(kafka::topic_name(&opts.topic)).with_partitions(vec![partition]);
+    fetch_request(&opts.topic, opts.partition, offset, opts.fetch_bytes, 500)
+}
+
+/// A full fetch (no session) of one partition, as a consumer sends it.
+pub(crate) fn fetch_request(topic: &str, partition: i32, offset: i64, max_bytes: i32, max_wait_ms: i32) -> FetchRequest {
+    let partition = FetchPartition::default().with_partition(partition).with_fetch_offset(offset).with_partition_max_bytes(max_bytes);
+    let topic = FetchTopic::default().with_topic(kafka::topic_name(topic)).with_partitions(vec![partition]);
     FetchRequest::default()
         .with_replica_id((-1).into())
-        .with_max_wait_ms(500)
+        .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(1)
-        .with_max_bytes(opts.fetch_bytes)
+        .with_max_bytes(max_bytes)
         // No fetch session (KIP-227): every request is a full fetch, as session_epoch -1 says.
         .with_session_id(0)
         .with_session_epoch(-1)

@@ -307,7 +307,8 @@ impl Tracker {
         self.changed.notify_one();
     }
 
-    /// Waits until every active member has synced one generation newer than `after`.
+    /// Waits until every active member has synced one generation newer than `after` (-1 for a
+    /// new group: Kafka's first generation is 1, Tansu's 0).
     async fn wait_synced(&self, after: i32, deadline: Instant) -> Result<i32> {
         loop {
             if let Some(f) = self.failure.borrow().as_ref() {
@@ -559,7 +560,7 @@ impl ClassicGroup {
         let sent_before = lanes.requests_sent();
         let t0 = Instant::now();
         let mut group = ClassicGroup::spawn(spec, lanes, members, 0);
-        let generation = group.tracker.wait_synced(0, t0 + timeout).await?;
+        let generation = group.tracker.wait_synced(-1, t0 + timeout).await?;
         let mut timing = group.timing(t0, generation);
         let first_park = group.tracker.tracks.borrow().iter().filter_map(|t| t.first_park_join_sent).min();
         let join_done = group.tracker.tracks.borrow().iter().filter_map(|t| t.join_done.filter(|(g, _)| *g == generation).map(|(_, at)| at)).min();
@@ -574,7 +575,7 @@ impl ClassicGroup {
 
     /// Waits until a group started with [`ClassicGroup::spawn`] has synced.
     pub(crate) async fn wait_started(&mut self, deadline: Instant) -> Result<()> {
-        self.generation = self.tracker.wait_synced(0, deadline).await?;
+        self.generation = self.tracker.wait_synced(-1, deadline).await?;
         Ok(())
     }
 

@@ -329,8 +329,7 @@ impl CommitRun {
         if self.latencies_us.is_empty() {
             return f64::NAN;
         }
-        let i = ((self.latencies_us.len() as f64 - 1.0) * q).round() as usize;
-        self.latencies_us[i] as f64 / 1000.0
+        crate::stats::percentile(&self.latencies_us, q) as f64 / 1000.0
     }
 }
 

@@ -110,7 +110,6 @@ impl ManagedServer {
         kafka: SocketAddr,
         admin: SocketAddr,
     ) -> Result<ManagedServer> {
-        let log_file = File::options().create(true).append(true).open(log).with_context(|| format!("{}", log.display()))?;
         let mut command = Command::new(binary);
         command
             .arg("serve")
@@ -122,13 +121,34 @@ impl ManagedServer {
             .arg(admin.to_string())
             .arg("--config")
             .arg(config)
-            .args(extra_args)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file);
+            .args(extra_args);
         if std::env::var_os("CORRAL_LOG").is_none() {
             command.env("CORRAL_LOG", "warn");
         }
+        ManagedServer::spawn(command, "corral", kafka, log, || ready(admin))
+    }
+
+    /// Starts a Tansu broker with memory storage (the peer of the comparison) and waits until
+    /// its Kafka port accepts connections.
+    pub(crate) fn start_tansu(binary: &Path, log: &Path) -> Result<ManagedServer> {
+        let kafka = free_port()?;
+        let url = format!("tcp://{kafka}");
+        let mut command = Command::new(binary);
+        command
+            .arg("broker")
+            .arg("--listener-url")
+            .arg(&url)
+            .arg("--advertised-listener-url")
+            .arg(&url)
+            .arg("--storage-engine")
+            .arg("memory://tansu/");
+        ManagedServer::spawn(command, "tansu", kafka, log, || TcpStream::connect_timeout(&kafka, Duration::from_millis(200)).is_ok())
+    }
+
+    /// Spawns a server (output to `log`, dying with the benchmark) and polls `ready`.
+    fn spawn(mut command: Command, name: &str, kafka: SocketAddr, log: &Path, ready: impl Fn() -> bool) -> Result<ManagedServer> {
+        let log_file = File::options().create(true).append(true).open(log).with_context(|| format!("{}", log.display()))?;
+        command.stdin(Stdio::null()).stdout(log_file.try_clone()?).stderr(log_file);
         // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2)
         // and get/setrlimit(2), which are async-signal-safe; it allocates nothing and touches no
         // shared state.
@@ -141,7 +161,7 @@ impl ManagedServer {
                 Ok(())
             });
         }
-        let child = command.spawn().with_context(|| format!("cannot start {}", binary.display()))?;
+        let child = command.spawn().with_context(|| format!("cannot start {}", command.get_program().to_string_lossy()))?;
         register_pid(child.id());
         let mut server = ManagedServer { child: Some(child), kafka, log: log.to_path_buf() };
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -150,13 +170,13 @@ impl ManagedServer {
                 if let Some(child) = server.child.take() {
                     unregister_pid(child.id());
                 }
-                bail!("corral exited during startup ({status}):\n{}", server.log_tail());
+                bail!("{name} exited during startup ({status}):\n{}", server.log_tail());
             }
-            if ready(admin) {
+            if ready() {
                 return Ok(server);
             }
             if Instant::now() > deadline {
-                bail!("corral not ready after {READY_TIMEOUT:?}:\n{}", server.log_tail());
+                bail!("{name} not ready after {READY_TIMEOUT:?}:\n{}", server.log_tail());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -177,15 +197,16 @@ impl ManagedServer {
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait()? {
-                if !status.success() {
-                    bail!("corral exited with {status} on SIGTERM:\n{}", self.log_tail());
+                // A signal exit is how some servers (Tansu) answer SIGTERM.
+                if !status.success() && status.code().is_some() {
+                    bail!("server exited with {status} on SIGTERM:\n{}", self.log_tail());
                 }
                 return Ok(());
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("corral did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed");
+                bail!("server did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -307,4 +328,58 @@ pub(crate) fn process_memory(pid: u32) -> Option<Memory> {
         status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
     };
     Some(Memory { rss_kb: field("VmRSS:")?, anon_kb: field("RssAnon:").unwrap_or(0), file_kb: field("RssFile:").unwrap_or(0) })
+}
+
+/// What a server used over one scenario.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Resources {
+    /// User + system CPU seconds.
+    pub(crate) cpu_seconds: Option<f64>,
+    /// The highest VmRSS seen (sampled every 50 ms), in kB.
+    pub(crate) peak_rss_kb: Option<u64>,
+}
+
+/// Measures a server's CPU time and peak resident memory over one scenario: a thread samples
+/// VmRSS until [`ResourceMeter::finish`].
+pub(crate) struct ResourceMeter {
+    pid: u32,
+    cpu_before: Option<(Duration, Duration)>,
+    peak_kb: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ResourceMeter {
+    const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+    pub(crate) fn start(pid: u32) -> ResourceMeter {
+        use std::sync::atomic::Ordering;
+        let peak_kb = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (peak, stopped) = (peak_kb.clone(), stop.clone());
+        let sampler = std::thread::Builder::new()
+            .name("rss-sampler".into())
+            .spawn(move || loop {
+                if let Some(m) = process_memory(pid) {
+                    peak.fetch_max(m.rss_kb, Ordering::Relaxed);
+                }
+                if stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Self::SAMPLE_EVERY);
+            })
+            .ok();
+        ResourceMeter { pid, cpu_before: process_cpu_time(pid), peak_kb, stop, sampler }
+    }
+
+    pub(crate) fn finish(mut self) -> Resources {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(sampler) = self.sampler.take() {
+            let _ = sampler.join();
+        }
+        let cpu = self.cpu_before.zip(process_cpu_time(self.pid)).map(|((u0, s0), (u1, s1))| (u1 + s1).saturating_sub(u0 + s0).as_secs_f64());
+        let peak = self.peak_kb.load(Ordering::Relaxed);
+        Resources { cpu_seconds: cpu, peak_rss_kb: (peak > 0).then_some(peak) }
+    }
 }

@@ -134,6 +134,14 @@ pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// The `q` quantile (0..=1, nearest rank) of sorted values; 0 when there are none.
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize]
+}
+
 /// Ratio of paired runs a[i] / b[i] (runs of one repetition ran back to back, so pairing
 /// cancels slow drifts of the machine), summarised by the median.
 pub(crate) fn paired_ratio(a: &Series, b: &Series) -> f64 {

@@ -40,6 +40,26 @@ def test_groups_suite_quick(tmp_path):
     assert all(positive(run["commits_per_sec"]) for run in results["commits"]), results["commits"]
 
 
+def test_all_quick_against_corral(tmp_path):
+    """The one-command comparison suite, corral only: every scenario row carries corral's number."""
+    python = REPO / ".venv" / "bin" / "python"
+    results = run_bench(["all", "--quick", "--python", str(python)], tmp_path / "all.json", tmp_path, timeout=900)
+    keys = {row["key"] for row in results["rows"]}
+    for key in ["produce_100_1", "produce_100_all", "produce_1024_1", "produce_1024_all", "fetch_sendfile", "fetch_pread",
+                "latency_p50", "latency_p99", "formation_10", "leave_10", "formation_50", "leave_50", "rss_50",
+                "heartbeats_50", "commits_50", "commit_latency_p50", "rss_200", "heartbeats_200", "commits_200", "drain"]:
+        assert key in keys, f"no {key} row in {sorted(keys)}"
+    for row in results["rows"]:
+        corral = row["servers"]["corral"]
+        assert corral["error"] is None, (row["key"], corral["error"])
+        assert positive(corral["value"]), (row["key"], corral)
+    assert positive(results["limits"]["loopback_mb_per_sec"]) and positive(results["limits"]["fsync_p50_ms"])
+    scaling = results["scaling"]
+    assert [p["members"] for p in scaling["formation"]] == [10, 50]
+    assert all(positive(p["corral_per_sec"]) for p in scaling["heartbeats"])
+    assert all(positive(p["corral_rss_kb"]) for p in scaling["memory"])
+
+
 def test_produce_fetch_suite_quick(tmp_path):
     results = run_bench(["suite", "--quick", "--data-bytes", "32MiB"], tmp_path / "suite.json", tmp_path, timeout=600)
     for name in ["produce", "produce_fill", "fetch_sendfile", "fetch_pread", "loopback_stream", "loopback_rr",
