@@ -170,8 +170,10 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     eprintln!("limits of this machine");
     let loopback = local.block_on(&runtime, loopback::run(&loopback_opts(&scale)))?.mb_per_sec();
     let (fsync_p50, fsync_p99) = fsync_latency(&work.path, scale.fsync_samples)?;
+    let disk_write = buffered_write(&work.path, scale.fill_bytes)?;
     eprintln!("  loopback TCP {loopback:.0} MB/s; fsync of 4 KiB p50 {fsync_p50:.3} ms, p99 {fsync_p99:.3} ms");
-    report.limits = json!({ "loopback_mb_per_sec": loopback, "fsync_p50_ms": fsync_p50, "fsync_p99_ms": fsync_p99 });
+    eprintln!("  buffered file write {disk_write:.0} MB/s");
+    report.limits = json!({ "loopback_mb_per_sec": loopback, "fsync_p50_ms": fsync_p50, "fsync_p99_ms": fsync_p99, "buffered_write_mb_per_sec": disk_write });
 
     let config = work.path.join("corral.toml");
     std::fs::write(&config, format!("[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"))?;
@@ -204,6 +206,7 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
         row.limit = match row.key.as_str() {
             "fetch_sendfile" | "fetch_pread" => Some(("loopback TCP", loopback)),
             "commit_latency_p50" => Some(("fsync p50", fsync_p50)),
+            key if key.starts_with("produce_") && key.ends_with("_mb") => Some(("buffered write", disk_write)),
             _ => None,
         };
     }
@@ -239,6 +242,25 @@ fn loopback_opts(scale: &Scale) -> LoopbackOpts {
         socket: SocketOpts { rcvbuf: 4 << 20 },
         file: None,
     }
+}
+
+/// Throughput of writing `bytes` to a new file in 1 MiB write(2)s, without fsync: the page-cache
+/// write path that bounds what a server storing on this disk can accept.
+fn buffered_write(dir: &Path, bytes: u64) -> Result<f64> {
+    use std::io::Write;
+    let path = dir.join("write-probe");
+    let mut file = std::fs::File::create(&path)?;
+    let block = vec![0xa5u8; 1 << 20];
+    let t = Instant::now();
+    let mut written = 0u64;
+    while written < bytes {
+        file.write_all(&block)?;
+        written += block.len() as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok(written as f64 / 1e6 / secs.max(1e-9))
 }
 
 /// Latency of a 4 KiB write followed by fdatasync(2) in the work directory: the floor under
@@ -324,8 +346,10 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
             Ok(value(m.records_per_sec(), json!({ "mb_per_sec": m.mb_per_sec() })))
         })
         .await;
-        let label = format!("produce {size} B records, acks={}", if acks == 1 { "1" } else { "all" });
-        report_cell(report, &format!("produce_{size}_{}", if acks == 1 { "1" } else { "all" }), &label, "records/s", true, name, cell);
+        let acks_name = if acks == 1 { "1" } else { "all" };
+        let mb = Cell { value: cell.detail.get("mb_per_sec").and_then(Value::as_f64), ..cell.clone() };
+        report_cell(report, &format!("produce_{size}_{acks_name}"), &format!("produce {size} B records, acks={acks_name}"), "records/s", true, name, cell);
+        report_cell(report, &format!("produce_{size}_{acks_name}_mb"), &format!("produce {size} B records, acks={acks_name}"), "MB/s", true, name, mb);
         let _ = kafka::delete_topic(&mut admin, &topic).await;
     }
 
@@ -447,7 +471,7 @@ async fn formation(name: &'static str, server: &ManagedServer, scale: &Scale, to
 /// offset commits at each size.
 async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, admin: &mut KafkaConn, report: &mut Report) -> Result<()> {
     let addr = server.kafka;
-    let mut total_groups = 0;
+    let (mut total_groups, mut total_committed) = (0, 0);
     for &g in &scale.idle_groups {
         let setup_opts = SetupOpts {
             groups: g,
@@ -504,8 +528,8 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
         .await;
         report_cell(report, &format!("commits_{g}"), &format!("offset commits/s (10 partitions each), {} committers", committers.len()), "/s", true, name, cell);
         if let Some(memory) = server.pid().and_then(process_memory) {
-            let committed = committers.len() * 10;
-            report.memory.entry(total_groups).or_insert((total_groups * 5, committed, BTreeMap::new())).2.insert(name, memory.rss_kb as f64);
+            total_committed += committers.len() * 10;
+            report.memory.entry(total_groups).or_insert((total_groups * 5, total_committed, BTreeMap::new())).2.insert(name, memory.rss_kb as f64);
         }
         if g == *scale.idle_groups.first().unwrap_or(&0) {
             let single = CommitOpts { connections: 1, ..commit.clone() };
@@ -697,6 +721,22 @@ fn to_markdown(opts: &AllOpts, report: &Report) -> String {
             fmt_resources(r.cells.get(CORRAL)),
             fmt_resources(r.cells.get(PEER)),
         );
+    }
+    let _ = writeln!(md, "\nScaling (corral / peer):\n\n| work | corral | {0} |\n|---|---:|---:|", if peer { PEER } else { "peer" });
+    let pair = |v: &BTreeMap<&'static str, f64>, f: &dyn Fn(f64) -> String| {
+        (v.get(CORRAL).map_or("–".into(), |&x| f(x)), v.get(PEER).map_or("–".into(), |&x| f(x)))
+    };
+    for (n, v) in &report.formation {
+        let (c, p) = pair(v, &|x| format!("{x:.0} ms"));
+        let _ = writeln!(md, "| group formation, {n} members | {c} | {p} |");
+    }
+    for (g, v) in &report.heartbeats {
+        let (c, p) = pair(v, &|x| format!("{x:.0}/s"));
+        let _ = writeln!(md, "| heartbeats, {g} groups x 5 members | {c} | {p} |");
+    }
+    for (g, (members, committed, v)) in &report.memory {
+        let (c, p) = pair(v, &|x| format!("{:.0} MB", x / 1024.0));
+        let _ = writeln!(md, "| server RSS, {g} groups ({members} members), {committed} committed partitions | {c} | {p} |");
     }
     let failures: Vec<String> = report
         .rows
