@@ -109,7 +109,7 @@ impl Scale {
                 committers: 1000,
                 drain_records: 200_000,
                 fsync_samples: 500,
-                timeout: Duration::from_secs(180),
+                timeout: Duration::from_secs(120),
             }
         }
     }

@@ -538,6 +538,16 @@ pub(crate) struct ClassicGroup {
     pub(crate) first_park: Duration,
 }
 
+/// A group dropped without `stop` (a failed or timed-out scenario) takes its members with it:
+/// they would otherwise go on loading the server under the next scenario.
+impl Drop for ClassicGroup {
+    fn drop(&mut self) {
+        for task in self.tasks.iter_mut().filter_map(Option::take) {
+            task.abort();
+        }
+    }
+}
+
 impl ClassicGroup {
     /// Starts `members` members at once.
     pub(crate) fn spawn(spec: Rc<GroupSpec>, lanes: Rc<Lanes>, members: usize, slot_base: usize) -> ClassicGroup {

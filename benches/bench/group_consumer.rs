@@ -380,6 +380,16 @@ pub(crate) struct ConsumerGroup {
     tasks: Vec<Option<JoinHandle<()>>>,
 }
 
+/// A group dropped without `stop` (a failed or timed-out scenario) takes its members with it:
+/// they would otherwise go on loading the server under the next scenario.
+impl Drop for ConsumerGroup {
+    fn drop(&mut self) {
+        for task in self.tasks.iter_mut().filter_map(Option::take) {
+            task.abort();
+        }
+    }
+}
+
 impl ConsumerGroup {
     fn add_member(&mut self) -> usize {
         let member_id = Uuid::new_v4().simple().to_string();
