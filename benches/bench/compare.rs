@@ -183,12 +183,18 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     local.block_on(&runtime, scenarios(CORRAL, &server, opts, &scale, &mut report))?;
     server.stop()?;
 
-    // The pread path, over the same data (the partition the sendfile fetch read).
-    let pread_config = work.path.join("corral-pread.toml");
-    std::fs::write(&pread_config, format!("[kafka]\nfetch_send = \"pread\"\n[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"))?;
-    let server = ManagedServer::start(&opts.server, &corral_data, &pread_config, &work.path.join("corral-pread.log"), &opts.server_args)?;
+    // Over the same data: the pread path (the partition the sendfile fetch read), and offset
+    // commits that wait for an fsync (flush_messages = 1), against the fsync limit.
+    let durable_config = work.path.join("corral-pread-fsync.toml");
+    std::fs::write(
+        &durable_config,
+        format!("[kafka]\nfetch_send = \"pread\"\n[storage]\nflush_messages = 1\n[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"),
+    )?;
+    let server = ManagedServer::start(&opts.server, &corral_data, &durable_config, &work.path.join("corral-pread-fsync.log"), &opts.server_args)?;
     let cell = local.block_on(&runtime, measured(&server, fetch_cell(server.kafka, &server, &scale, false)));
     report_cell(&mut report, "fetch_pread", FETCH_PREAD, "MB/s", true, CORRAL, cell);
+    let cell = local.block_on(&runtime, measured(&server, durable_commit_latency(&server, &scale)));
+    report_cell(&mut report, "durable_commit_latency_p50", "offset commit latency p50, one committer, fsync before the answer", "ms", false, CORRAL, cell);
     server.stop()?;
 
     if let Some(peer) = &opts.peer {
@@ -205,7 +211,7 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     for row in &mut report.rows {
         row.limit = match row.key.as_str() {
             "fetch_sendfile" | "fetch_pread" => Some(("loopback TCP", loopback)),
-            "commit_latency_p50" => Some(("fsync p50", fsync_p50)),
+            "commit_latency_p50" | "durable_commit_latency_p50" => Some(("fsync p50", fsync_p50)),
             key if key.starts_with("produce_") && key.ends_with("_mb") => Some(("buffered write", disk_write)),
             _ => None,
         };
@@ -517,7 +523,7 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
         report_cell(report, &format!("heartbeats_{g}"), &format!("heartbeats/s, {g} groups x 5 members"), "/s", true, name, cell);
 
         let committers: Vec<_> = setup.members.iter().step_by(5).take(scale.committers.min(g)).cloned().collect();
-        let commit = CommitOpts { topic: "bench-idle".into(), partitions_per_commit: 10, connections: 8, warmup: scale.warmup, duration: scale.duration, version: 8 };
+        let commit = CommitOpts { topic: "bench-idle".into(), partitions_per_commit: 10, connections: 8, warmup: scale.warmup, duration: scale.duration, version: 9 };
         let cell = measured(server, async {
             let run = group_load::commit_storm(addr, &committers, &commit, server.pid()).await?;
             if !run.errors.is_empty() {
@@ -542,6 +548,32 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
         }
     }
     Ok(())
+}
+
+/// One member of a one-member group commits 10 partitions at a time, one commit in flight, on a
+/// server that fsyncs before answering.
+async fn durable_commit_latency(server: &ManagedServer, scale: &Scale) -> Result<Cell> {
+    let mut admin = KafkaConn::connect(server.kafka, SocketOpts { rcvbuf: 0 }).await?;
+    kafka::create_topic(&mut admin, "bench-durable", 10, &[]).await?;
+    register_topics(&[("bench-durable".into(), 10)]);
+    let setup_opts = SetupOpts {
+        groups: 1,
+        members_per_group: 1,
+        topic: ("bench-durable".into(), 10),
+        groups_per_wave: 1,
+        per_parking_lane: PER_PARKING_LANE,
+        fast_lanes: 1,
+        member: member_config(),
+        group_prefix: "bench-durable-".into(),
+        timeout: scale.timeout,
+    };
+    let setup = group_load::setup(server.kafka, &setup_opts, None, Duration::ZERO).await?;
+    let commit = CommitOpts { topic: "bench-durable".into(), partitions_per_commit: 10, connections: 1, warmup: scale.warmup, duration: scale.duration, version: 9 };
+    let run = group_load::commit_storm(server.kafka, &setup.members, &commit, server.pid()).await?;
+    if !run.errors.is_empty() {
+        bail!("commit errors: {}", group_load::describe_errors(&run.errors));
+    }
+    Ok(value(run.latency_ms(0.5), json!({ "p99_ms": run.latency_ms(0.99), "commits_per_sec": run.commits_per_sec() })))
 }
 
 /// Fills a 6-partition topic and times confluent-kafka consumers draining it.

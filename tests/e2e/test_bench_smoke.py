@@ -45,7 +45,8 @@ def test_all_quick_against_corral(tmp_path):
     python = REPO / ".venv" / "bin" / "python"
     results = run_bench(["all", "--quick", "--python", str(python)], tmp_path / "all.json", tmp_path, timeout=900)
     keys = {row["key"] for row in results["rows"]}
-    for key in ["produce_100_1", "produce_100_all", "produce_1024_1", "produce_1024_all", "fetch_sendfile", "fetch_pread",
+    for key in ["produce_100_1", "produce_100_all", "produce_1024_1", "produce_1024_all", "produce_100_1_mb", "produce_1024_all_mb",
+                "fetch_sendfile", "fetch_pread", "durable_commit_latency_p50",
                 "latency_p50", "latency_p99", "formation_10", "leave_10", "formation_50", "leave_50", "rss_50",
                 "heartbeats_50", "commits_50", "commit_latency_p50", "rss_200", "heartbeats_200", "commits_200", "drain"]:
         assert key in keys, f"no {key} row in {sorted(keys)}"
@@ -53,7 +54,8 @@ def test_all_quick_against_corral(tmp_path):
         corral = row["servers"]["corral"]
         assert corral["error"] is None, (row["key"], corral["error"])
         assert positive(corral["value"]), (row["key"], corral)
-    assert positive(results["limits"]["loopback_mb_per_sec"]) and positive(results["limits"]["fsync_p50_ms"])
+    for limit in ["loopback_mb_per_sec", "fsync_p50_ms", "buffered_write_mb_per_sec"]:
+        assert positive(results["limits"][limit]), (limit, results["limits"])
     scaling = results["scaling"]
     assert [p["members"] for p in scaling["formation"]] == [10, 50]
     assert all(positive(p["corral_per_sec"]) for p in scaling["heartbeats"])
