@@ -11,6 +11,7 @@ A null value (peer not run, or the scenario failed) is left out; a panel with no
 The suptitle names the machine ("machine": {"cpu", "nproc"}) and "date" when present.
 """
 
+import datetime
 import json
 import sys
 
@@ -89,7 +90,10 @@ def main():
     if machine.get("nproc"):
         about.append(f"{machine['nproc']} CPUs")
     if results.get("date"):
-        about.append(str(results["date"]))
+        date = str(results["date"])
+        if date.startswith("unix "):  # results files written before dates were ISO 8601
+            date = datetime.datetime.fromtimestamp(int(date[5:]), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        about.append(date)
     if about:
         title += "\n" + ", ".join(about)
     fig.suptitle(title)
