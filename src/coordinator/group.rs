@@ -209,7 +209,6 @@ impl ClassicGroup {
         }
     }
 
-    /// Removes a member and everything that refers to it; picks a new leader if needed.
     /// Removes a pending (MEMBER_ID_REQUIRED) member; true if it was pending. The table is freed
     /// once empty: a settled group should cost only its members.
     pub fn take_pending(&mut self, member_id: &str) -> bool {
@@ -220,6 +219,7 @@ impl ClassicGroup {
         was_pending
     }
 
+    /// Removes a member and everything that refers to it; picks a new leader if needed.
     pub fn remove_member(&mut self, member_id: &str) -> Option<Member> {
         let member = self.members.shift_remove(member_id)?;
         if let Some(instance) = &member.instance_id {
