@@ -191,7 +191,7 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
         format!("[kafka]\nfetch_send = \"pread\"\n[storage]\nflush_messages = 1\n[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"),
     )?;
     let server = ManagedServer::start(&opts.server, &corral_data, &durable_config, &work.path.join("corral-pread-fsync.log"), &opts.server_args)?;
-    let cell = local.block_on(&runtime, measured(&server, fetch_cell(server.kafka, &server, &scale, false)));
+    let cell = local.block_on(&runtime, measured(&server, fetch_cell(&server, &scale, false)));
     report_cell(&mut report, "fetch_pread", FETCH_PREAD, "MB/s", true, CORRAL, cell);
     let cell = local.block_on(&runtime, measured(&server, durable_commit_latency(&server, &scale)));
     report_cell(&mut report, "durable_commit_latency_p50", "offset commit latency p50, one committer, fsync before the answer", "ms", false, CORRAL, cell);
@@ -359,7 +359,7 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
         let _ = kafka::delete_topic(&mut admin, &topic).await;
     }
 
-    let cell = measured(server, fetch_cell(addr, server, scale, true)).await;
+    let cell = measured(server, fetch_cell(server, scale, true)).await;
     report_cell(report, "fetch_sendfile", FETCH_SENDFILE, "MB/s", true, name, cell.clone());
     if name != CORRAL {
         // The peer has one fetch path: it stands against both of corral's.
@@ -384,7 +384,8 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
     Ok(())
 }
 
-async fn fetch_cell(addr: SocketAddr, server: &ManagedServer, scale: &Scale, fill: bool) -> Result<Cell> {
+async fn fetch_cell(server: &ManagedServer, scale: &Scale, fill: bool) -> Result<Cell> {
+    let addr = server.kafka;
     let topic = "bench-fetch".to_string();
     if fill {
         let mut admin = KafkaConn::connect(addr, SocketOpts { rcvbuf: 0 }).await?;

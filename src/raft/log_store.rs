@@ -879,17 +879,17 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 
 
 // === openraft ===
 
+/// The store reads through a [`LogReader`] of its own log.
 impl RaftLogReader<TypeConfig> for RaftLogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        read_entries(&self.log, range, None).map_err(read_error)
+        LogReader { log: self.log.clone() }.try_get_log_entries(range).await
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
-        let budget = self.log.borrow().config.max_read_bytes;
-        read_entries(&self.log, start..end, Some(budget)).map_err(read_error)
+        LogReader { log: self.log.clone() }.limited_get_log_entries(start, end).await
     }
 }
 
