@@ -38,6 +38,11 @@ impl Node {
         self.config.storage.data_dir.join(partition_dir_name(topic, partition))
     }
 
+    /// The Raft group directory of a coordinator partition: `<data_dir>/raft/__consumer_offsets-<p>`.
+    pub fn coordinator_raft_dir(&self, partition: i32) -> PathBuf {
+        self.config.storage.data_dir.join("raft").join(partition_dir_name(crate::cluster::OFFSETS_TOPIC, partition))
+    }
+
     /// Every shard is accepting and the node is not shutting down (`/health/ready`).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire) && !self.shutdown.is_cancelled()

@@ -23,6 +23,7 @@ mod consumer_protocol;
 pub mod group;
 pub mod offsets;
 pub mod records;
+pub mod replicated;
 pub mod shell;
 pub mod state;
 

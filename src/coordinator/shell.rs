@@ -1,49 +1,88 @@
 //! Runs each coordinator partition's state machine on the shard that owns it: keeps its timers,
-//! appends its records to the partition's log (a partition of the internal `__consumer_offsets`
-//! topic, in Kafka's record format), replays that log at startup, and hands responses to the
-//! connections waiting for them.
+//! makes its records durable through the partition's Raft group, loads the partition at startup,
+//! and hands responses to the connections waiting for them.
 //!
 //! # Durability
 //!
-//! Every record is appended to the log before the request that produced it is answered, so an
-//! acknowledged offset commit or group assignment survives a crash; the flush policy
-//! (`storage.flush_messages`) decides whether that also waits for an fsync.
+//! Every record goes through the partition's Raft log (fsynced; see [`super::replicated`]) before
+//! the request that produced it is answered, so an acknowledged offset commit or group assignment
+//! survives a crash. Records of requests that arrive while a write is in flight are batched into
+//! the next entry: one fsync serves them all.
+//!
+//! # Startup
+//!
+//! The partition's `__consumer_offsets` log is replayed first; it says which Raft entry it holds
+//! last, and the Raft group then re-applies the committed entries after it. The partition serves
+//! once this node leads its group and has applied everything in its log; until then group
+//! requests get COORDINATOR_LOAD_IN_PROGRESS.
 //!
 //! # Compaction
 //!
 //! `__consumer_offsets` keeps only the latest value per key. When a partition's log has grown
-//! well past the live state, the shell writes a checkpoint (every live offset and every settled
-//! group, in a fresh segment) and deletes the segments before it; replaying the checkpoint and
-//! what follows rebuilds the same state.
+//! well past the live state, the shell asks its Raft group for a snapshot: a checkpoint (every
+//! live offset and every settled group, in a fresh segment) replaces the segments before it, and
+//! the Raft log is purged up to it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
+use openraft::{BasicNode, ServerState};
 use tokio::sync::{oneshot, Notify};
 
 use super::group::{GroupState, Token};
 use super::records::GroupRecord;
+use super::replicated::{self, encode_batch, stamp_log_id, CoordinatorStateMachine};
 use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
 use crate::clock::now_ms;
+use crate::raft::{Command, LogId, LogStoreConfig, Raft, RaftLogStore};
 use crate::storage::{Partition, StorageError};
 
 /// Log growth (bytes) that triggers a checkpoint, at the least.
 const CHECKPOINT_MIN_BYTES: u64 = 64 * 1024 * 1024;
 /// Records per batch when writing a checkpoint.
 const CHECKPOINT_BATCH: usize = 500;
+/// Records per Raft entry, at most (a request's records are never split).
+const MAX_RECORDS_PER_ENTRY: usize = 4096;
+/// How long a partition may take to elect itself and catch up at startup.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a coordinator partition's Raft group needs to start.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    /// The group's directory (its log, vote, applied membership).
+    pub dir: PathBuf,
+    pub node_id: u64,
+    /// This node's advertised Kafka address, recorded in the group's membership.
+    pub address: String,
+    pub config: Arc<openraft::Config>,
+}
+
+/// Requests whose records wait for the next Raft entry.
+#[derive(Debug, Default)]
+struct Proposals {
+    queue: VecDeque<(u64, Vec<GroupRecord>)>,
+    in_flight: bool,
+}
 
 /// One coordinator partition: its state machine and what runs it. Lives on its owning shard.
-#[derive(Debug)]
 pub struct PartitionRunner {
     pub index: i32,
     pub state: RefCell<CoordinatorState>,
     log: Rc<Partition>,
+    raft: OnceCell<Raft>,
+    proposals: RefCell<Proposals>,
+    /// Entries from this index on were proposed by this node as leader, their records already in
+    /// `state`; entries before it are replayed when applied.
+    local_from: Cell<u64>,
+    serving: Cell<bool>,
     waiting: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
     next_token: Cell<Token>,
     timers: RefCell<BinaryHeap<Reverse<(i64, u64)>>>,
@@ -52,31 +91,44 @@ pub struct PartitionRunner {
     wake: Notify,
     /// Log size right after the last checkpoint.
     checkpoint_size: Cell<u64>,
+    snapshot_requested: Cell<bool>,
     expiration_interval_ms: u64,
 }
 
+impl std::fmt::Debug for PartitionRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionRunner").field("index", &self.index).field("serving", &self.serving.get()).finish()
+    }
+}
+
 impl PartitionRunner {
-    /// Loads a partition: replays its log into a fresh state, starts sessions and timers.
-    pub fn load(
+    /// Loads a partition (its log, then its Raft group's entries after it), waits until it leads
+    /// its Raft group and has caught up, then starts sessions and timers.
+    pub async fn start(
         index: i32,
         log: Rc<Partition>,
         config: GroupConfig,
         consumer: super::consumer::ConsumerGroupConfig,
         expiration_interval_ms: u64,
-    ) -> Result<Rc<Self>, StorageError> {
+        raft: RaftSettings,
+    ) -> Result<Rc<Self>, String> {
         let now = now_ms();
         let mut state = CoordinatorState::with_consumer_config(config, consumer);
         let mut records = 0usize;
-        for_each_record(&log, |record| {
+        let applied = for_each_record(&log, |record| {
             state.replay(record, now);
             records += 1;
-        })?;
-        state.start_sessions(now);
+        })
+        .map_err(|e| format!("cannot read its log: {e}"))?;
         let size = log.log.borrow().size_bytes();
         let runner = Rc::new(PartitionRunner {
             index,
             state: RefCell::new(state),
             log,
+            raft: OnceCell::new(),
+            proposals: RefCell::default(),
+            local_from: Cell::new(u64::MAX),
+            serving: Cell::new(false),
             waiting: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             timers: RefCell::new(BinaryHeap::new()),
@@ -84,11 +136,45 @@ impl PartitionRunner {
             next_timer: Cell::new(0),
             wake: Notify::new(),
             checkpoint_size: Cell::new(size),
+            snapshot_requested: Cell::new(false),
             expiration_interval_ms,
         });
-        if records > 0 {
+
+        let store = RaftLogStore::open(&raft.dir, LogStoreConfig::default())
+            .await
+            .map_err(|e| format!("cannot open its Raft log in {}: {e}", raft.dir.display()))?;
+        let machine = CoordinatorStateMachine::open(Rc::downgrade(&runner), applied, raft.dir.clone())?;
+        let group = Raft::new(raft.node_id, raft.config, crate::raft::network::SoloNetwork, store, machine)
+            .await
+            .map_err(|e| format!("cannot start its Raft group: {e}"))?;
+        let fatal = |e: openraft::error::Fatal<u64>| format!("its Raft group failed: {e}");
+        if !group.is_initialized().await.map_err(fatal)? {
+            let members = BTreeMap::from([(raft.node_id, BasicNode::new(raft.address.clone()))]);
+            group.initialize(members).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
+        }
+        let wait = || group.wait(Some(STARTUP_TIMEOUT));
+        let has_voters = |m: &openraft::RaftMetrics<u64, BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
+        let metrics = wait().metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
+        let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+        if !voters.contains(&raft.node_id) {
+            return Err(format!(
+                "its Raft group's voters are {voters:?}, which do not include node.id {}; this data directory belongs to another node",
+                raft.node_id
+            ));
+        }
+        let leading = wait().state(ServerState::Leader, "lead").await.map_err(|e| format!("did not become leader: {e}"))?;
+        let last = leading.last_log_index;
+        wait().applied_index_at_least(last, "catch up").await.map_err(|e| format!("did not catch up: {e}"))?;
+        runner.local_from.set(last.map_or(0, |i| i + 1));
+        let _ = runner.raft.set(group);
+        runner.state.borrow_mut().start_sessions(now_ms());
+        runner.serving.set(true);
+        {
             let state = runner.state.borrow();
-            tracing::info!(partition = index, records, groups = state.groups.len() + state.consumer_groups.len(), "loaded coordinator partition");
+            let groups = state.groups.len() + state.consumer_groups.len();
+            if groups > 0 {
+                tracing::info!(partition = index, records, groups, applied = ?applied, last_log_index = ?last, "loaded coordinator partition");
+            }
         }
         runner.run_effects();
         tokio::task::spawn_local(runner.clone().timer_loop());
@@ -96,7 +182,12 @@ impl PartitionRunner {
         Ok(runner)
     }
 
-    /// Registers a waiter for a response; returns its token.
+    /// Whether this partition answers group requests (it leads its Raft group and has caught up).
+    pub fn serving(&self) -> bool {
+        self.serving.get()
+    }
+
+/// Registers a waiter for a response; returns its token.
     pub fn waiter(&self) -> (Token, oneshot::Receiver<Response>) {
         let token = self.next_token.get() + 1;
         self.next_token.set(token);
@@ -145,39 +236,163 @@ impl PartitionRunner {
         }
     }
 
-    /// Appends records; the state machine hears the outcome once they are stored.
+    /// Queues records for the Raft log; the state machine hears the outcome once they are
+    /// committed. One write is in flight at a time; what queues meanwhile shares the next entry.
     fn append(self: &Rc<Self>, id: u64, records: Vec<GroupRecord>) {
-        let now = now_ms();
-        match self.write(&records, now) {
-            Ok(None) => self.state.borrow_mut().appended(now, id, None),
-            Ok(Some(durable)) => {
-                let runner = self.clone();
-                tokio::task::spawn_local(async move {
-                    let error = match durable.await {
-                        Ok(Ok(())) => None,
-                        _ => Some(ResponseError::NotCoordinator),
-                    };
-                    runner.state.borrow_mut().appended(now_ms(), id, error);
-                    runner.run_effects();
-                });
-            }
-            Err(e) => {
-                tracing::error!(partition = self.index, error = %e, "cannot write coordinator records");
-                self.state.borrow_mut().appended(now, id, Some(storage_error_code(&e)));
-            }
+        let mut proposals = self.proposals.borrow_mut();
+        proposals.queue.push_back((id, records));
+        if !proposals.in_flight {
+            proposals.in_flight = true;
+            tokio::task::spawn_local(self.clone().propose());
         }
-        self.maybe_checkpoint();
     }
 
-    /// Writes records as one batch. Returns a receiver when the flush policy wants an fsync.
-    fn write(
-        &self,
-        records: &[GroupRecord],
-        now: i64,
-    ) -> Result<Option<oneshot::Receiver<crate::storage::partition::FlushResult>>, StorageError> {
-        let batch = encode_batch(records, now);
-        let (_, durable) = self.log.append(&batch, now)?;
-        Ok(durable)
+    async fn propose(self: Rc<Self>) {
+        loop {
+            let (ids, records) = {
+                let mut proposals = self.proposals.borrow_mut();
+                if proposals.queue.is_empty() {
+                    proposals.in_flight = false;
+                    return;
+                }
+                let mut ids = Vec::new();
+                let mut records = Vec::new();
+                while let Some((id, more)) = proposals.queue.pop_front() {
+                    ids.push(id);
+                    records.extend(more);
+                    if records.len() >= MAX_RECORDS_PER_ENTRY {
+                        break;
+                    }
+                }
+                (ids, records)
+            };
+            let outcome = if records.is_empty() { Ok(()) } else { self.write(&records).await };
+            if let Err(code) = outcome {
+                tracing::warn!(partition = self.index, records = records.len(), error = ?code, "coordinator records not written");
+            }
+            let now = now_ms();
+            {
+                let mut state = self.state.borrow_mut();
+                for id in ids {
+                    state.appended(now, id, outcome.err());
+                }
+            }
+            self.run_effects();
+            self.maybe_snapshot();
+        }
+    }
+
+    /// Writes records as one entry and waits until it is committed and applied.
+    async fn write(&self, records: &[GroupRecord]) -> Result<(), ResponseError> {
+        let Some(raft) = self.raft.get() else { return Err(ResponseError::CoordinatorNotAvailable) };
+        match raft.client_write(Command::new(encode_batch(records, now_ms()))).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(partition = self.index, error = %e, "Raft write failed");
+                Err(raft_error_code(&e))
+            }
+        }
+    }
+
+    /// Applies one committed entry (from [`CoordinatorStateMachine`]): the batch goes into the
+    /// partition's log stamped with its entry's id, and into the state unless this node proposed
+    /// it.
+    pub(crate) fn apply_batch(&self, log_id: &LogId, payload: &Bytes) -> Result<(), String> {
+        let mut batch = payload.to_vec();
+        stamp_log_id(&mut batch, log_id)?;
+        let now = now_ms();
+        self.log.append(&batch, now).map_err(|e| e.to_string())?;
+        if log_id.index < self.local_from.get() {
+            let records = replicated::decode_batch(Bytes::from(batch))?;
+            let mut state = self.state.borrow_mut();
+            for record in replicated::group_records(records, 0) {
+                state.replay(record, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the Raft group for a snapshot once the partition's log has grown well beyond the
+    /// last checkpoint.
+    fn maybe_snapshot(&self) {
+        let size = self.log.log.borrow().size_bytes();
+        let threshold = CHECKPOINT_MIN_BYTES.max(self.checkpoint_size.get() * 2);
+        if size < threshold || self.snapshot_requested.get() {
+            return;
+        }
+        let Some(raft) = self.raft.get().cloned() else { return };
+        self.snapshot_requested.set(true);
+        tokio::task::spawn_local(async move {
+            if let Err(e) = raft.trigger().snapshot().await {
+                tracing::error!(error = %e, "cannot trigger a coordinator snapshot");
+            }
+        });
+    }
+
+    /// Rewrites the partition's log as the live state at `applied` (every batch stamped with it),
+    /// fsyncs it, drops the segments before it, and returns the batches written (the snapshot).
+    pub(crate) fn checkpoint(&self, applied: Option<LogId>) -> Result<Vec<u8>, StorageError> {
+        let records = live_records(&self.state.borrow());
+        let data = self.rewrite(records, applied)?;
+        let after = self.log.log.borrow().size_bytes();
+        tracing::info!(partition = self.index, bytes = after, applied = ?applied, "checkpointed coordinator partition");
+        self.checkpoint_size.set(after);
+        self.snapshot_requested.set(false);
+        Ok(data)
+    }
+
+    /// Replaces the state with a snapshot's (from the group's leader) and rewrites the log.
+    pub(crate) fn install(&self, data: &[u8], applied: Option<LogId>) -> Result<(), String> {
+        let now = now_ms();
+        let mut fresh = {
+            let state = self.state.borrow();
+            CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
+        };
+        let mut rest = Bytes::copy_from_slice(data);
+        while !rest.is_empty() {
+            let header = crate::record_batch::BatchHeader::parse(&rest).map_err(|e| e.to_string())?;
+            if header.total_len() > rest.len() {
+                return Err("snapshot ends inside a batch".into());
+            }
+            let batch = rest.split_to(header.total_len());
+            for record in replicated::group_records(replicated::decode_batch(batch)?, 0) {
+                fresh.replay(record, now);
+            }
+        }
+        let records = live_records(&fresh);
+        *self.state.borrow_mut() = fresh;
+        self.fail_waiters();
+        self.rewrite(records, applied).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Writes `records` as a checkpoint in a fresh segment, fsyncs it and deletes what precedes
+    /// it. An empty state still writes one batch, so the log keeps saying what was applied.
+    fn rewrite(&self, mut records: Vec<GroupRecord>, applied: Option<LogId>) -> Result<Vec<u8>, StorageError> {
+        let now = now_ms();
+        if records.is_empty() {
+            // A tombstone of no group: replaying it changes nothing.
+            records.push(GroupRecord::Group { group: String::new(), value: None });
+        }
+        let mut data = Vec::new();
+        let mut log = self.log.log.borrow_mut();
+        log.roll(now)?;
+        let start = log.log_end_offset();
+        for chunk in records.chunks(CHECKPOINT_BATCH) {
+            let mut batch = encode_batch(chunk, now).to_vec();
+            if let Some(id) = &applied {
+                stamp_log_id(&mut batch, id).expect("our own batches carry the header");
+            }
+            log.append(&batch, now)?;
+            data.extend_from_slice(&batch);
+        }
+        for file in log.take_unsynced() {
+            file.sync_data()?;
+        }
+        log.delete_segments_before(start)?;
+        drop(log);
+        self.log.publish_end_offset();
+        Ok(data)
     }
 
     async fn timer_loop(self: Rc<Self>) {
@@ -223,42 +438,20 @@ impl PartitionRunner {
         }
     }
 
-    /// Writes a checkpoint of the live state and drops the segments before it, once the log has
-    /// grown well beyond the last checkpoint.
-    fn maybe_checkpoint(&self) {
-        let size = self.log.log.borrow().size_bytes();
-        let threshold = CHECKPOINT_MIN_BYTES.max(self.checkpoint_size.get() * 2);
-        if size < threshold {
-            return;
-        }
-        match self.checkpoint() {
-            Ok(()) => {
-                let after = self.log.log.borrow().size_bytes();
-                tracing::info!(partition = self.index, before = size, after, "compacted coordinator log");
-                self.checkpoint_size.set(after);
-            }
-            Err(e) => tracing::error!(partition = self.index, error = %e, "coordinator log checkpoint failed"),
-        }
-    }
-
-    fn checkpoint(&self) -> Result<(), StorageError> {
-        let now = now_ms();
-        let records = live_records(&self.state.borrow());
-        let mut log = self.log.log.borrow_mut();
-        log.roll(now)?;
-        let start = log.log_end_offset();
-        for chunk in records.chunks(CHECKPOINT_BATCH) {
-            log.append(&encode_batch(chunk, now), now)?;
-        }
-        log.delete_segments_before(start)?;
-        drop(log);
-        self.log.publish_end_offset();
-        Ok(())
-    }
-
     /// Drops every waiter: their connections answer COORDINATOR_NOT_AVAILABLE (shutdown).
     pub fn fail_waiters(&self) {
         self.waiting.borrow_mut().clear();
+    }
+
+    /// Stops the partition's Raft group (clean shutdown); waiting requests are dropped.
+    pub async fn shutdown(&self) {
+        self.serving.set(false);
+        self.fail_waiters();
+        if let Some(raft) = self.raft.get() {
+            if let Err(e) = raft.shutdown().await {
+                tracing::warn!(partition = self.index, error = %e, "Raft group did not shut down cleanly");
+            }
+        }
     }
 
     pub fn group_count(&self) -> usize {
@@ -266,11 +459,11 @@ impl PartitionRunner {
     }
 }
 
-/// Storage failures as coordinator clients see them (spec §1.4).
-fn storage_error_code(e: &StorageError) -> ResponseError {
+/// Raft write failures as coordinator clients see them (spec §1.4): this node does not lead the
+/// partition (any more), or its log failed; either way clients look for the coordinator again.
+fn raft_error_code(e: &openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, BasicNode>>) -> ResponseError {
     match e {
-        StorageError::MessageTooLarge { .. } => ResponseError::UnknownServerError,
-        _ => ResponseError::NotCoordinator,
+        openraft::error::RaftError::APIError(_) | openraft::error::RaftError::Fatal(_) => ResponseError::NotCoordinator,
     }
 }
 
@@ -294,38 +487,14 @@ fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
     records
 }
 
-/// Encodes records as one uncompressed v2 batch.
-fn encode_batch(records: &[GroupRecord], now: i64) -> Bytes {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(r.key()),
-            value: r.value(),
-            headers: Default::default(),
-            delete_horizon: false,
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .expect("coordinator records always encode");
-    buf.freeze()
-}
-
-/// Reads every record of a coordinator partition's log, oldest first.
-fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<(), StorageError> {
+/// Reads every record of a coordinator partition's log, oldest first; returns the id of the
+/// last Raft entry the log holds.
+fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<Option<LogId>, StorageError> {
     let log = log.log.borrow();
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
+    let mut applied = None;
+    let unreadable = |reason| StorageError::Batch(crate::record_batch::BatchError::Invalid(reason));
     while offset < end {
         let read = log.read(offset, 4 * 1024 * 1024, true)?;
         let Some(slice) = read.slice else { break };
@@ -338,21 +507,11 @@ fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<()
             if header.total_len() > bytes.len() {
                 break;
             }
-            let mut one = bytes.split_to(header.total_len());
-            let set = RecordBatchDecoder::decode(&mut one).map_err(|_| {
-                StorageError::Batch(crate::record_batch::BatchError::Invalid("coordinator batch does not decode"))
-            })?;
-            for record in set.records {
-                if record.offset < offset {
-                    continue;
-                }
-                let Some(key) = record.key else { continue };
-                match GroupRecord::decode(&key, record.value.as_deref()) {
-                    Ok(Some(r)) => f(r),
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(offset = record.offset, error = %e, "skipping unreadable coordinator record"),
-                }
+            let records = replicated::decode_batch(bytes.split_to(header.total_len())).map_err(unreadable)?;
+            if let Some(id) = records.first().and_then(replicated::stamped_log_id) {
+                applied = Some(id);
             }
+            replicated::group_records(records, offset).for_each(&mut f);
             last = header.last_offset() + 1;
         }
         if last <= offset {
@@ -360,5 +519,5 @@ fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<()
         }
         offset = last;
     }
-    Ok(())
+    Ok(applied)
 }

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::{Buf, BufMut, Bytes};
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LeaderId};
 
-use super::{Command, Entry, LogId, Membership, NodeId, Vote};
+use super::{Command, Entry, LogId, Membership, NodeId, StoredMembership, Vote};
 
 /// Bytes before a record's body: its length and its CRC.
 pub(crate) const RECORD_HEADER_LEN: usize = 8;
@@ -220,6 +220,21 @@ pub(crate) fn decode_optional_log_id(mut b: &[u8]) -> Result<Option<LogId>, Code
     let log_id = get_optional_log_id(&mut b)?;
     finish(b)?;
     Ok(log_id)
+}
+
+/// A state machine's last applied membership: `log id (optional) | membership`.
+pub(crate) fn encode_stored_membership(stored: &StoredMembership) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_optional_log_id(&mut out, stored.log_id().as_ref());
+    put_membership(&mut out, stored.membership());
+    out
+}
+
+pub(crate) fn decode_stored_membership(mut b: &[u8]) -> Result<StoredMembership, CodecError> {
+    let log_id = get_optional_log_id(&mut b)?;
+    let membership = get_membership(&mut b)?;
+    finish(b)?;
+    Ok(StoredMembership::new(log_id, membership))
 }
 
 // === pieces, shared with snapshot encodings ===

@@ -997,7 +997,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Replaces `dir/name` atomically and durably: temp file, fsync, rename, fsync the directory.
-fn write_state_file(dir: &Path, name: &str, payload: &[u8]) -> io::Result<()> {
+pub(crate) fn write_state_file(dir: &Path, name: &str, payload: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut file = File::create(&tmp)?;
     file.write_all(&entry_codec::seal_state(payload))?;
@@ -1016,7 +1016,7 @@ fn replace_state_file(dir: &Path, name: &str, payload: &[u8]) -> io::Result<()> 
 }
 
 /// Reads a state file: `None` when it does not exist.
-fn read_state_file<T>(
+pub(crate) fn read_state_file<T>(
     dir: &Path,
     name: &str,
     decode: impl FnOnce(&[u8]) -> Result<T, CodecError>,

@@ -22,9 +22,11 @@
 //!   appends share one fsync) and torn-tail recovery.
 //! - `entry_codec`: the binary format of log records and of the small vote / committed / purged
 //!   files beside them.
+//! - [`network`]: how groups reach their peers. A node today is a one-voter cluster, so the only
+//!   network is [`network::SoloNetwork`], which has no peers to reach.
 //!
-//! The state machines (the coordinator's, the metadata group's), the network (all groups between
-//! two nodes multiplexed on one connection) and the inbound RPC endpoint come next, beside these.
+//! The coordinator's state machine is `crate::coordinator::replicated`. Multi-node clusters (the
+//! multiplexed peer network, the inbound RPC endpoint) and the metadata group are not built yet.
 //!
 //! # Runtime
 //!
@@ -35,10 +37,12 @@
 
 mod entry_codec;
 pub mod log_store;
+pub mod network;
 
 use bytes::Bytes;
 
 pub use entry_codec::CodecError;
+pub(crate) use log_store::{read_state_file, write_state_file};
 pub use log_store::{LogReader, LogStoreConfig, LogStoreError, LogSyncHandle, RaftLogStore, RecoveryReport, SyncStats};
 
 openraft::declare_raft_types!(
@@ -67,6 +71,47 @@ pub type Membership = openraft::Membership<NodeId, openraft::BasicNode>;
 pub type StorageError = openraft::StorageError<NodeId>;
 /// A running Raft group.
 pub type Raft = openraft::Raft<TypeConfig>;
+/// The membership a state machine last applied, with the id of the entry that carried it.
+pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
+
+/// Length of a log id in its binary form (`term | node id | index`, u64 each, big-endian).
+pub const LOG_ID_LEN: usize = 24;
+
+/// A log id in its binary form, as the coordinator stamps it into `__consumer_offsets` batches.
+pub fn log_id_bytes(log_id: &LogId) -> [u8; LOG_ID_LEN] {
+    let mut out = [0u8; LOG_ID_LEN];
+    out.copy_from_slice(&entry_codec::encode_log_id(log_id));
+    out
+}
+
+/// Reads a log id written by [`log_id_bytes`].
+pub fn parse_log_id(bytes: &[u8]) -> Result<LogId, CodecError> {
+    entry_codec::decode_log_id(bytes)
+}
+
+/// Encodes a state machine's applied membership (for a small state file beside its log).
+pub fn encode_stored_membership(stored: &StoredMembership) -> Vec<u8> {
+    entry_codec::encode_stored_membership(stored)
+}
+
+pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecError> {
+    entry_codec::decode_stored_membership(bytes)
+}
+
+/// Timers of the coordinator partitions' Raft groups. Snapshots are triggered by the coordinator
+/// itself, by how much its `__consumer_offsets` partition has grown, not by entry count: one
+/// entry holds a whole batch of records.
+pub fn coordinator_config() -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    let config = openraft::Config {
+        cluster_name: "corral-coordinator".into(),
+        heartbeat_interval: 100,
+        election_timeout_min: 300,
+        election_timeout_max: 600,
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        ..Default::default()
+    };
+    Ok(std::sync::Arc::new(config.validate().map_err(Box::new)?))
+}
 
 /// The application data of a log entry: an opaque payload. The coordinator puts encoded
 /// `__consumer_offsets` record batches in it; the log store stores and returns the bytes as they

@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::mesh::{self, Job, ShardId};
-use crate::coordinator::shell::PartitionRunner;
+use crate::coordinator::shell::{PartitionRunner, RaftSettings};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::storage::{Partition, PartitionLog};
@@ -88,41 +88,61 @@ impl Shard {
                         "recovered partition: truncated an incomplete tail"
                     );
                 }
-                let partition = Partition::new(log, meta.end_offset.clone(), node.config.storage.flush_messages);
+                // `__consumer_offsets` is written only by applying Raft entries, which are durable
+                // in the Raft log already; its own fsyncs happen at checkpoints.
+                let flush_messages =
+                    if topic.name == crate::cluster::OFFSETS_TOPIC { 0 } else { node.config.storage.flush_messages };
+                let partition = Partition::new(log, meta.end_offset.clone(), flush_messages);
                 self.add_partition(topic.id, index as i32, partition);
             }
         }
         Ok(())
     }
 
-    /// Loads the coordinator partitions this shard owns (their logs are open already).
-    fn load_coordinators(&self) -> Result<(), String> {
+    /// Starts the coordinator partitions this shard owns (their logs are open already), all at
+    /// once: each waits for its Raft group to elect this node.
+    async fn start_coordinators(&self) -> Result<(), String> {
         let node = &self.node;
         let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
+        let raft_config = crate::raft::coordinator_config().map_err(|e| format!("Raft config: {e}"))?;
+        let mut starting = Vec::new();
         for (index, meta) in topic.partitions.iter().enumerate() {
             if meta.shard != self.id {
                 continue;
             }
             let index = index as i32;
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
-            let runner = PartitionRunner::load(
+            let raft = RaftSettings {
+                dir: node.coordinator_raft_dir(index),
+                node_id: node.node_id as u64,
+                address: format!("{}:{}", node.advertised.0, node.advertised.1),
+                config: raft_config.clone(),
+            };
+            let runner = PartitionRunner::start(
                 index,
                 log,
                 node.config.group_config(),
                 node.config.consumer_group_config(),
                 node.config.groups.offsets_retention_check_interval_ms,
-            )
-                .map_err(|e| format!("cannot load coordinator partition {index}: {e}"))?;
-            self.coordinators.borrow_mut().insert(index, runner);
+                raft,
+            );
+            starting.push(async move { runner.await.map_err(|e| format!("coordinator partition {index}: {e}")) });
+        }
+        for runner in futures_util::future::join_all(starting).await {
+            let runner = runner?;
+            self.coordinators.borrow_mut().insert(runner.index, runner);
         }
         Ok(())
     }
 
+    /// Stops the coordinator partitions' Raft groups (clean shutdown).
+    async fn stop_coordinators(&self) {
+        let runners: Vec<_> = self.coordinators.borrow_mut().drain().map(|(_, r)| r).collect();
+        futures_util::future::join_all(runners.iter().map(|r| r.shutdown())).await;
+    }
+
     /// Syncs and closes every partition (clean shutdown).
     fn close_partitions(&self) -> Result<(), String> {
-        for runner in self.coordinators.borrow_mut().drain().map(|(_, r)| r) {
-            runner.fail_waiters();
-        }
         let mut first_error = None;
         for ((_, _), partition) in self.partitions.borrow_mut().drain() {
             let mut log = partition.log.borrow_mut();
@@ -165,7 +185,11 @@ pub(crate) fn run(start: ShardStart) -> Result<(), String> {
 async fn serve(start: ShardStart) -> Result<(), String> {
     let ShardStart { id, node, inbox, listener, started, drained, .. } = start;
     let shard = Rc::new(Shard::new(id, node.clone()));
-    if let Err(e) = shard.open_partitions().and_then(|()| shard.load_coordinators()) {
+    let opened = match shard.open_partitions() {
+        Ok(()) => shard.start_coordinators().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = opened {
         let _ = started.send(Err(e.clone()));
         drained.wait().await;
         return Err(e);
@@ -196,5 +220,6 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         tracing::warn!(shard = id, open = connections.len(), "grace period over; closing remaining connections");
     }
     drained.wait().await;
+    shard.stop_coordinators().await;
     shard.close_partitions()
 }

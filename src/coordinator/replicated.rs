@@ -1,0 +1,335 @@
+//! A coordinator partition as the state machine of its Raft group.
+//!
+//! # What the log holds
+//!
+//! Each entry's [`Command`] is one `__consumer_offsets` record batch (Kafka's v2 format, the
+//! records in Kafka's key/value layouts), built by [`encode_batch`]. The leader batches the
+//! records of many requests into one entry, since openraft 0.9 fsyncs once per entry.
+//!
+//! # Applying
+//!
+//! Applying an entry appends its batch to the partition's `__consumer_offsets` log, which clients
+//! and tools such as Burrow read, and which is this state machine's durable form: the first
+//! record of every batch carries the id of the entry it came from (a record header, which Kafka
+//! readers ignore), so after a restart the last batch in the partition says what was applied and
+//! openraft re-applies only what follows, from its own log.
+//!
+//! The leader changes its [`CoordinatorState`] before it proposes (a commit is answered only once
+//! its entry is committed and applied); entries it proposed are not replayed into the state again.
+//! Every other entry, the ones re-applied at startup and (on a follower) the leader's, is replayed
+//! through the same `replay` that loads a partition.
+//!
+//! # Snapshots
+//!
+//! A snapshot is the live records (every committed offset, every settled group) at the last
+//! applied entry. Building one also rewrites the partition's log as that checkpoint and fsyncs it,
+//! so openraft may then purge the Raft log up to it.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::rc::{Rc, Weak};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use kafka_protocol::protocol::StrBytes;
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+
+use super::records::GroupRecord;
+use super::shell::PartitionRunner;
+use crate::raft::{Entry, LogId, StorageError, StoredMembership, TypeConfig, LOG_ID_LEN};
+use crate::record_batch::{read_varint, HEADER_LEN};
+
+/// The record header that carries the Raft entry a batch was applied from.
+pub const LOG_ID_HEADER: &str = "corral.log_id";
+/// The file beside the Raft log that holds the last applied membership.
+const MEMBERSHIP_FILE: &str = "applied_membership";
+/// Where the CRC of a v2 batch sits, and where the bytes it covers begin.
+const CRC_AT: usize = 17;
+const CRC_START: usize = 21;
+
+/// Encodes records as one uncompressed v2 batch. The first record carries a zeroed
+/// [`LOG_ID_HEADER`], filled in by [`stamp_log_id`] when the batch is applied.
+pub fn encode_batch(records: &[GroupRecord], now: i64) -> Bytes {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: now,
+            key: Some(r.key()),
+            value: r.value(),
+            headers: if i == 0 {
+                [(StrBytes::from_static_str(LOG_ID_HEADER), Some(Bytes::from_static(&[0; LOG_ID_LEN])))]
+                    .into_iter()
+                    .collect()
+            } else {
+                Default::default()
+            },
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .expect("coordinator records always encode");
+    buf.freeze()
+}
+
+/// Writes `log_id` into the [`LOG_ID_HEADER`] of a batch built by [`encode_batch`] and recomputes
+/// its CRC. The header value is the last bytes of the first record.
+pub fn stamp_log_id(batch: &mut [u8], log_id: &LogId) -> Result<(), &'static str> {
+    let mut rest = batch.get(HEADER_LEN..).ok_or("batch shorter than its header")?;
+    let before = rest.len();
+    let record_len = read_varint(&mut rest).ok_or("bad first record length")?;
+    let end = HEADER_LEN + (before - rest.len()) + usize::try_from(record_len).map_err(|_| "negative record length")?;
+    let value_at = end.checked_sub(LOG_ID_LEN).ok_or("first record too short")?;
+    // The header's key and value length precede the value; check them, so only our batches are
+    // ever written into.
+    let key = LOG_ID_HEADER.as_bytes();
+    let key_at = value_at.checked_sub(1 + key.len()).ok_or("first record too short")?;
+    if end > batch.len() || batch[value_at - 1] != (LOG_ID_LEN as u8) << 1 || &batch[key_at..value_at - 1] != key {
+        return Err("first record does not end with a log id header");
+    }
+    batch[value_at..end].copy_from_slice(&crate::raft::log_id_bytes(log_id));
+    let crc = crc32c::crc32c(&batch[CRC_START..]);
+    batch[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
+/// The log id stamped into a record, if it carries one (records of batches written before the
+/// coordinator ran on Raft carry none).
+pub fn stamped_log_id(record: &Record) -> Option<LogId> {
+    let value = record.headers.get(&StrBytes::from_static_str(LOG_ID_HEADER))?.as_ref()?;
+    crate::raft::parse_log_id(value).ok().filter(|id| id.index > 0 || id.leader_id.term > 0)
+}
+
+/// Decodes one batch into its records.
+pub fn decode_batch(mut batch: Bytes) -> Result<Vec<Record>, &'static str> {
+    RecordBatchDecoder::decode(&mut batch).map(|set| set.records).map_err(|_| "coordinator batch does not decode")
+}
+
+/// The group records of decoded records, skipping (with a warning) any that do not parse.
+pub fn group_records(records: Vec<Record>, min_offset: i64) -> impl Iterator<Item = GroupRecord> {
+    records.into_iter().filter(move |r| r.offset >= min_offset).filter_map(|record| {
+        let key = record.key?;
+        match GroupRecord::decode(&key, record.value.as_deref()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(offset = record.offset, error = %e, "skipping unreadable coordinator record");
+                None
+            }
+        }
+    })
+}
+
+fn sm_error(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
+}
+
+/// The Raft state machine of one coordinator partition. It reaches the partition through its
+/// runner (weakly: the runner owns the Raft group, which owns this).
+#[derive(Debug)]
+pub struct CoordinatorStateMachine {
+    runner: Weak<PartitionRunner>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    /// The Raft group's directory, where the applied membership is kept.
+    dir: PathBuf,
+    /// The last snapshot built or installed.
+    current: Option<StoredSnapshot>,
+}
+
+type Meta = SnapshotMeta<u64, openraft::BasicNode>;
+type StoredSnapshot = (Meta, Rc<Vec<u8>>);
+
+impl CoordinatorStateMachine {
+    /// `last_applied` is what the partition's log says it holds; the membership is read from
+    /// `dir`.
+    pub fn open(runner: Weak<PartitionRunner>, last_applied: Option<LogId>, dir: PathBuf) -> Result<Self, String> {
+        let membership = crate::raft::read_state_file(&dir, MEMBERSHIP_FILE, crate::raft::decode_stored_membership)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        Ok(CoordinatorStateMachine { runner, last_applied, membership, dir, current: None })
+    }
+
+    fn runner(&self) -> Result<Rc<PartitionRunner>, Box<StorageError>> {
+        self.runner.upgrade().ok_or_else(|| Box::new(sm_error("the coordinator partition is closed")))
+    }
+
+    /// Checkpoints the partition at the last applied entry and keeps it as the current snapshot.
+    fn checkpoint(&mut self) -> Result<Snapshot<TypeConfig>, Box<StorageError>> {
+        let runner = self.runner()?;
+        let data = Rc::new(runner.checkpoint(self.last_applied).map_err(|e| Box::new(sm_error(e)))?);
+        let last = self.last_applied;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: self.membership.clone(),
+            snapshot_id: format!("{}-{}", last.map_or(0, |l| l.leader_id.term), last.map_or(0, |l| l.index)),
+        };
+        self.current = Some((meta.clone(), data.clone()));
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.as_ref().clone())) })
+    }
+}
+
+/// A snapshot already taken (the checkpoint is written when the builder is made, consistent with
+/// the state at that moment).
+#[derive(Debug)]
+pub struct Checkpoint(Option<Result<Snapshot<TypeConfig>, Box<StorageError>>>);
+
+impl RaftSnapshotBuilder<TypeConfig> for Checkpoint {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        match self.0.take() {
+            Some(built) => built.map_err(|e| *e),
+            None => Err(sm_error("snapshot builder used twice")),
+        }
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
+    type SnapshotBuilder = Checkpoint;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let runner = self.runner().map_err(|e| *e)?;
+        let mut replies = Vec::new();
+        for entry in entries {
+            match entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(command) => {
+                    runner.apply_batch(&entry.log_id, command.payload()).map_err(|e| {
+                        StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(e)))
+                    })?
+                }
+                EntryPayload::Membership(membership) => {
+                    let stored = StoredMembership::new(Some(entry.log_id), membership);
+                    let bytes = crate::raft::encode_stored_membership(&stored);
+                    crate::raft::write_state_file(&self.dir, MEMBERSHIP_FILE, &bytes).map_err(sm_error)?;
+                    self.membership = stored;
+                }
+            }
+            self.last_applied = Some(entry.log_id);
+            replies.push(());
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Checkpoint {
+        Checkpoint(Some(self.checkpoint()))
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let runner = self.runner().map_err(|e| *e)?;
+        runner
+            .install(&data, meta.last_log_id)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
+        let bytes = crate::raft::encode_stored_membership(&meta.last_membership);
+        crate::raft::write_state_file(&self.dir, MEMBERSHIP_FILE, &bytes).map_err(sm_error)?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.current = Some((meta.clone(), Rc::new(data)));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        match &self.current {
+            Some((meta, data)) => {
+                Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.as_ref().clone())) }))
+            }
+            // After a restart nothing is cached: the partition's state is the snapshot.
+            None if self.last_applied.is_some() => self.checkpoint().map(Some).map_err(|e| *e),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::records::OffsetValue;
+    use openraft::CommittedLeaderId;
+
+    fn offset(partition: i32, offset: i64) -> GroupRecord {
+        GroupRecord::Offset {
+            group: "g".into(),
+            topic: "t".into(),
+            partition,
+            value: Some(OffsetValue {
+                offset,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp: 1,
+                expire_timestamp: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stamped_batch_is_valid_and_carries_its_log_id() {
+        let batch = encode_batch(&[offset(0, 5), offset(1, 7)], 1_000);
+        let decoded = decode_batch(batch.clone()).unwrap();
+        assert_eq!(stamped_log_id(&decoded[0]), None, "unstamped batches carry zeros");
+
+        let log_id = LogId { leader_id: CommittedLeaderId::new(3, 1), index: 4242 };
+        let mut stamped = batch.to_vec();
+        stamp_log_id(&mut stamped, &log_id).unwrap();
+        crate::record_batch::validate(&stamped).expect("CRC recomputed");
+        let decoded = decode_batch(Bytes::from(stamped)).unwrap();
+        assert_eq!(stamped_log_id(&decoded[0]), Some(log_id));
+        assert!(decoded[1].headers.is_empty());
+        let records: Vec<GroupRecord> = group_records(decoded, 0).collect();
+        assert_eq!(records, vec![offset(0, 5), offset(1, 7)]);
+    }
+
+    #[test]
+    fn stamping_refuses_a_batch_without_the_header() {
+        let record = Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: 0,
+            key: Some(Bytes::from_static(&[0; 40])),
+            value: Some(Bytes::from_static(&[0; 40])),
+            headers: Default::default(),
+            delete_horizon: false,
+        };
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &[record], &RecordEncodeOptions { version: 2, compression: Compression::None })
+            .unwrap();
+        let mut bytes = buf.to_vec();
+        let original = bytes.clone();
+        let log_id = LogId { leader_id: CommittedLeaderId::new(1, 1), index: 1 };
+        assert!(stamp_log_id(&mut bytes, &log_id).is_err());
+        assert_eq!(bytes, original, "nothing written");
+        assert!(stamp_log_id(&mut [0u8; 10], &log_id).is_err());
+    }
+}
