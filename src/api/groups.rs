@@ -10,7 +10,7 @@ use crate::coordinator::shell::PartitionRunner;
 use crate::runtime::{Reply, Shard, ShardStopped};
 
 /// Enqueues `f` on the shard that coordinates `group_id`, in request order; the returned reply
-/// is `None` when no coordinator partition is hosted there (NOT_COORDINATOR).
+/// is `None` when no serving coordinator partition is hosted there (NOT_COORDINATOR).
 pub(crate) async fn call<T, F>(shard: &Rc<Shard>, group_id: &str, f: F) -> Reply<Option<T>>
 where
     F: FnOnce(&Rc<Shard>, &Rc<PartitionRunner>) -> T + Send + 'static,
@@ -21,7 +21,10 @@ where
     let Some(&owner) = node.coordinator_shards.get(partition as usize) else {
         return Reply::Ready(Some(None));
     };
-    node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| f(owner, &runner))).await
+    // A partition that is not serving (its Raft group is shutting down) is not the coordinator.
+    node.mesh
+        .call(shard, owner, move |owner| owner.coordinator(partition).filter(|r| r.serving()).map(|runner| f(owner, &runner)))
+        .await
 }
 
 /// Resolves a reply to a value or the coordinator-level error (spec §1.4).

@@ -1,20 +1,39 @@
 //! ListOffsets (key 2): earliest, latest, max timestamp, or the first offset at a timestamp.
+//!
+//! v0, which Kafka 4 dropped (KIP-896) and the codec has no schema for, is decoded and encoded
+//! here: sarama-based tools that predate v1 (LinkedIn Burrow 1.2) still ask for the latest offsets
+//! with it. Its answer is a list of offsets (`old_style_offsets`) instead of one offset and
+//! timestamp; corral puts at most one offset in it (see [`lookup_v0`]).
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
-use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName};
+use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
-use crate::protocol::RequestContext;
+use super::{ApiEntry, Handled, HandlerResult};
+use crate::protocol::{RequestContext, RequestError};
 use crate::runtime::{Shard, ShardId};
 use crate::storage::{PartitionLog, StorageError};
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListOffsets, ListOffsetsRequest, 1, 10);
+/// Served from v0 (below the codec's v1), so built by hand rather than with `api_entry!`.
+pub(crate) const ENTRY: ApiEntry = ApiEntry {
+    key: ApiKey::ListOffsets,
+    min: 0,
+    max: 10,
+    advertised_min: 0,
+    handle: |shard, ctx, body| Box::pin(handle(shard, ctx, body)),
+    decode: |ctx, body| decode(ctx, body).map(drop),
+};
+
+/// The version below which the codec has no schema for ListOffsets.
+pub(crate) const CODEC_MIN: i16 = 1;
 
 /// Special timestamps (Kafka's `ListOffsetsRequest` constants).
 const LATEST: i64 = -1;
@@ -31,8 +50,17 @@ enum LookupError {
     NotHosted,
 }
 
+/// The request, and for v0 each partition's `max_num_offsets` in request order.
+fn decode(ctx: &RequestContext, body: Bytes) -> Result<(ListOffsetsRequest, Vec<i32>), RequestError> {
+    if ctx.api_version >= CODEC_MIN {
+        return Ok((ctx.decode(body)?, Vec::new()));
+    }
+    decode_v0(body).map_err(|source| RequestError::Decode { api: ctx.api_key, version: ctx.api_version, source })
+}
+
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
-    let request: ListOffsetsRequest = ctx.decode(body)?;
+    let (request, max_num_offsets) = decode(&ctx, body)?;
+    let v0 = ctx.api_version == 0;
     let catalog = &shard.node.catalog;
     let with_epoch = ctx.api_version >= 4;
 
@@ -62,6 +90,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let reply = shard.node.mesh.call(&shard, target, move |owner| {
             list.into_iter()
                 .map(|(id, partition, ts)| match owner.partition(id, partition) {
+                    Some(p) if v0 => lookup_v0(&p.log.borrow(), ts).map_err(LookupError::Storage),
                     Some(p) => lookup(&p.log.borrow(), ts).map_err(LookupError::Storage),
                     None => Err(LookupError::NotHosted),
                 })
@@ -103,6 +132,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             .collect();
         topics.push(ListOffsetsTopicResponse::default().with_name(name).with_partitions(partitions));
     }
+    if v0 {
+        return Ok(Handled::Now(ctx.respond(&ResponseV0::new(topics, &max_num_offsets))));
+    }
     Ok(Handled::Now(ctx.respond(&ListOffsetsResponse::default().with_topics(topics))))
 }
 
@@ -115,5 +147,111 @@ fn lookup(log: &PartitionLog, timestamp: i64) -> Result<Option<(i64, i64)>, Stor
         // No tiered storage: nothing is tiered.
         LATEST_TIERED => Ok(None),
         ts => log.offset_for_timestamp(ts),
+    }
+}
+
+/// The one offset a v0 answer holds, as `(offset, -1)`, or `None` for an empty list.
+///
+/// Only -1 (latest) and -2 (earliest) are special in v0, and they are answered as Kafka did. For a
+/// timestamp, Kafka answered with the base offsets of segments last modified before it, a coarse
+/// position corral does not track; corral answers with where the records at or after it begin:
+/// the offset newer versions give, or the log end offset when every record is older. A negative
+/// timestamp other than -1 and -2 matches nothing (as in Kafka).
+fn lookup_v0(log: &PartitionLog, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
+    match timestamp {
+        LATEST => Ok(Some((log.log_end_offset(), -1))),
+        EARLIEST => Ok(Some((log.log_start_offset(), -1))),
+        ts if ts < 0 => Ok(None),
+        ts => Ok(Some((log.offset_for_timestamp(ts)?.map_or(log.log_end_offset(), |(offset, _)| offset), -1))),
+    }
+}
+
+/// ListOffsets v0: `replica_id`, then topics `[name, partitions [partition_index, timestamp,
+/// max_num_offsets]]`. Returned as the v1 request (which v0 maps onto: no leader epoch, read
+/// uncommitted) and the `max_num_offsets` of each partition in request order.
+fn decode_v0(mut body: Bytes) -> anyhow::Result<(ListOffsetsRequest, Vec<i32>)> {
+    let buf = &mut body;
+    let replica_id = buf.try_get_i32()?;
+    let mut max_num_offsets = Vec::new();
+    let mut topics = Vec::new();
+    for _ in 0..array_len(buf)? {
+        let name = match buf.try_get_i16()? {
+            n if n < 0 => anyhow::bail!("topic name length is negative ({n})"),
+            n => StrBytes::try_from(buf.try_get_bytes(n as usize)?)?,
+        };
+        let mut partitions = Vec::new();
+        for _ in 0..array_len(buf)? {
+            let partition_index = buf.try_get_i32()?;
+            let timestamp = buf.try_get_i64()?;
+            max_num_offsets.push(buf.try_get_i32()?);
+            partitions.push(ListOffsetsPartition::default().with_partition_index(partition_index).with_timestamp(timestamp));
+        }
+        topics.push(ListOffsetsTopic::default().with_name(TopicName(name)).with_partitions(partitions));
+    }
+    Ok((ListOffsetsRequest::default().with_replica_id(BrokerId(replica_id)).with_topics(topics), max_num_offsets))
+}
+
+fn array_len(buf: &mut Bytes) -> anyhow::Result<i32> {
+    match buf.try_get_i32()? {
+        n if n < 0 => anyhow::bail!("array length is negative ({n})"),
+        n => Ok(n),
+    }
+}
+
+/// ListOffsets v0's response: topics `[name, partitions [partition_index, error_code,
+/// old_style_offsets [int64]]]`.
+struct ResponseV0 {
+    topics: Vec<(TopicName, Vec<(i32, i16, Option<i64>)>)>,
+}
+
+impl ResponseV0 {
+    /// The v1 answer in v0's form: its offset, unless there is none or the client asked for none.
+    fn new(topics: Vec<ListOffsetsTopicResponse>, max_num_offsets: &[i32]) -> ResponseV0 {
+        let mut max = max_num_offsets.iter();
+        let topics = topics
+            .into_iter()
+            .map(|t| {
+                let parts = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        let wanted = max.next().is_some_and(|&n| n > 0);
+                        (p.partition_index, p.error_code, (wanted && p.offset >= 0).then_some(p.offset))
+                    })
+                    .collect();
+                (t.name, parts)
+            })
+            .collect();
+        ResponseV0 { topics }
+    }
+}
+
+impl Encodable for ResponseV0 {
+    fn encode<B: ByteBufMut>(&self, buf: &mut B, _version: i16) -> anyhow::Result<()> {
+        buf.put_i32(self.topics.len() as i32);
+        for (name, parts) in &self.topics {
+            // A name that was decoded from an i16-length string fits one.
+            buf.put_i16(name.0.len() as i16);
+            buf.put_slice(name.0.as_bytes());
+            buf.put_i32(parts.len() as i32);
+            for &(index, error_code, offset) in parts {
+                buf.put_i32(index);
+                buf.put_i16(error_code);
+                buf.put_i32(offset.is_some() as i32);
+                if let Some(offset) = offset {
+                    buf.put_i64(offset);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn compute_size(&self, _version: i16) -> anyhow::Result<usize> {
+        let mut size = 4;
+        for (name, parts) in &self.topics {
+            size += 2 + name.0.len() + 4;
+            size += parts.iter().map(|p| 4 + 2 + 4 + if p.2.is_some() { 8 } else { 0 }).sum::<usize>();
+        }
+        Ok(size)
     }
 }

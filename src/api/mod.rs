@@ -163,7 +163,12 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for e in TABLE {
             assert!(seen.insert(e.key as i16), "{:?} listed twice", e.key);
-            let codec = e.key.valid_versions();
+            let mut codec = e.key.valid_versions();
+            if e.key == ApiKey::ListOffsets {
+                // v0 is decoded and encoded by list_offsets.rs itself.
+                assert_eq!(codec.min, list_offsets::CODEC_MIN, "the codec gained ListOffsets v0: drop the hand-written one");
+                codec.min = 0;
+            }
             assert!(e.min >= codec.min && e.max <= codec.max, "{:?} {}..={} outside the codec's {codec:?}", e.key, e.min, e.max);
             assert!(e.advertised_min <= e.min);
         }

@@ -260,8 +260,7 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
             Some((meta, data)) => {
                 Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.as_ref().clone())) }))
             }
-            // After a restart nothing is cached: the partition's state is the snapshot.
-            None if self.last_applied.is_some() => self.checkpoint().map(Some).map_err(|e| *e),
+            // After a restart nothing is cached; openraft then builds one if its log was purged.
             None => Ok(None),
         }
     }
@@ -269,9 +268,171 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::coordinator::offsets::{CommitOffset, CommitRequest};
     use crate::coordinator::records::OffsetValue;
+    use crate::coordinator::shell::RaftSettings;
+    use crate::coordinator::state::{GroupConfig, Response};
+    use crate::storage::{LogConfig, Partition, PartitionLog};
     use openraft::CommittedLeaderId;
+    use tempfile::TempDir;
+
+    const NODE: u64 = 7;
+
+    fn log_config() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1 << 20,
+            segment_ms: i64::MAX / 2,
+            retention_bytes: -1,
+            retention_ms: -1,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1 << 20,
+        }
+    }
+
+    /// A coordinator partition as a shard runs it: its `__consumer_offsets` log in `dir/log`,
+    /// its Raft group in `dir/raft`.
+    async fn start(dir: &std::path::Path, raft_config: &Arc<openraft::Config>) -> Rc<PartitionRunner> {
+        let (log, _) = PartitionLog::open(&dir.join("log"), log_config(), false, crate::clock::now_ms()).unwrap();
+        let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
+        let raft = RaftSettings {
+            dir: dir.join("raft"),
+            node_id: NODE,
+            address: "127.0.0.1:9092".into(),
+            config: raft_config.clone(),
+        };
+        PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, raft)
+            .await
+            .expect("partition starts")
+    }
+
+    /// Commits offsets of a simple group through the runner, as OffsetCommit does; returns
+    /// the codes.
+    async fn commit(runner: &Rc<PartitionRunner>, offsets: &[(i32, i64)]) -> Vec<i16> {
+        let (token, reply) = runner.waiter();
+        let request = CommitRequest {
+            group_id: "g".into(),
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+            version: 8,
+            retention_ms: -1,
+            offsets: offsets
+                .iter()
+                .map(|&(partition, offset)| CommitOffset {
+                    topic: "t".into(),
+                    partition,
+                    offset,
+                    leader_epoch: -1,
+                    metadata: None,
+                })
+                .collect(),
+        };
+        runner.with_state(|s, now| s.commit(now, request, token));
+        match reply.await.expect("answered") {
+            Response::Commit(codes) => codes,
+            other => panic!("expected a commit reply, got {other:?}"),
+        }
+    }
+
+    fn committed(runner: &PartitionRunner, partition: i32) -> Option<i64> {
+        let state = runner.state.borrow();
+        state.offsets.get("g")?.get(&("t".to_string(), partition)).map(|v| v.offset)
+    }
+
+    fn local<F: std::future::Future>(f: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&runtime, f)
+    }
+
+    /// Every acknowledged commit is in the Raft log: with its `__consumer_offsets` partition gone
+    /// entirely (as if none of it had reached the disk), a restarted partition rebuilds the same
+    /// offsets from the Raft log alone; with the partition intact, it re-applies nothing twice.
+    #[test]
+    fn the_raft_log_alone_rebuilds_every_acknowledged_commit() {
+        let tmp = TempDir::new().unwrap();
+        let config = crate::raft::coordinator_config().unwrap();
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            // Concurrent commits share entries (one write in flight at a time).
+            let offsets: Vec<[(i32, i64); 1]> = (0..200).map(|i| [(i % 4, i as i64)]).collect();
+            let commits = offsets.iter().map(|o| commit(&runner, o));
+            for codes in futures_util::future::join_all(commits).await {
+                assert_eq!(codes, vec![0]);
+            }
+            let entries = runner.raft().unwrap().metrics().borrow().last_applied.unwrap().index;
+            assert!(entries < 200, "200 commits took {entries} entries: none were batched");
+            runner.shutdown().await;
+        });
+        let before: Vec<i64> = (196..200).collect();
+
+        // The partition intact: nothing is applied twice (the stamped log id says where it was).
+        let size = |dir: &std::path::Path| -> u64 {
+            let segments = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).filter(|e| e.path().extension().is_some_and(|x| x == "log"));
+            segments.map(|e| e.metadata().unwrap().len()).sum()
+        };
+        let log_size = size(&tmp.path().join("log"));
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            let got: Vec<i64> = (0..4).map(|p| committed(&runner, p).unwrap()).collect();
+            assert_eq!(got, before);
+            runner.shutdown().await;
+        });
+        assert_eq!(size(&tmp.path().join("log")), log_size, "a restart re-applied entries the partition held");
+
+        std::fs::remove_dir_all(tmp.path().join("log")).unwrap();
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            let got: Vec<i64> = (0..4).map(|p| committed(&runner, p).unwrap()).collect();
+            assert_eq!(got, before, "rebuilt from the Raft log");
+            assert_eq!(commit(&runner, &[(0, 1_000)]).await, vec![0], "serves after the rebuild");
+            runner.shutdown().await;
+        });
+    }
+
+    /// A snapshot checkpoints the partition and lets the Raft log be purged; a restart loads the
+    /// checkpoint plus what followed it.
+    #[test]
+    fn a_snapshot_purges_the_raft_log_and_a_restart_loads_it() {
+        let tmp = TempDir::new().unwrap();
+        let config = Arc::new(
+            openraft::Config { max_in_snapshot_log_to_keep: 0, ..crate::raft::coordinator_config().unwrap().as_ref().clone() }
+                .validate()
+                .unwrap(),
+        );
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            for i in 0..50 {
+                assert_eq!(commit(&runner, &[(0, i), (1, 1_000 + i)]).await, vec![0, 0]);
+            }
+            // Overwrite and delete: only the live values may survive the checkpoint.
+            assert_eq!(commit(&runner, &[(2, 5)]).await, vec![0]);
+            let raft = runner.raft().unwrap().clone();
+            let applied = raft.metrics().borrow().last_applied;
+            raft.trigger().snapshot().await.unwrap();
+            let wait = raft.wait(Some(std::time::Duration::from_secs(10)));
+            wait.snapshot(applied.unwrap(), "snapshot").await.unwrap();
+            wait.purged(applied, "purge").await.unwrap();
+            // The checkpoint replaced the partition's earlier segments.
+            let segments = std::fs::read_dir(tmp.path().join("log"))
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+                .count();
+            assert_eq!(segments, 1, "one segment (the checkpoint) left");
+            assert_eq!(commit(&runner, &[(3, 77)]).await, vec![0]);
+            runner.shutdown().await;
+        });
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            assert_eq!(committed(&runner, 0), Some(49));
+            assert_eq!(committed(&runner, 1), Some(1_049));
+            assert_eq!(committed(&runner, 2), Some(5));
+            assert_eq!(committed(&runner, 3), Some(77), "the entry after the snapshot is re-applied");
+            runner.shutdown().await;
+        });
+    }
 
     fn offset(partition: i32, offset: i64) -> GroupRecord {
         GroupRecord::Offset {

@@ -182,6 +182,11 @@ impl PartitionRunner {
         Ok(runner)
     }
 
+    /// The partition's Raft group, once started.
+    pub fn raft(&self) -> Option<&Raft> {
+        self.raft.get()
+    }
+
     /// Whether this partition answers group requests (it leads its Raft group and has caught up).
     pub fn serving(&self) -> bool {
         self.serving.get()
