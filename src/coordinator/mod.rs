@@ -28,6 +28,8 @@ pub mod shell;
 pub mod state;
 
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod consumer_tests;
 #[cfg(test)]
 mod tests;

@@ -297,13 +297,8 @@ mod tests {
     async fn start(dir: &std::path::Path, raft_config: &Arc<openraft::Config>) -> Rc<PartitionRunner> {
         let (log, _) = PartitionLog::open(&dir.join("log"), log_config(), false, crate::clock::now_ms()).unwrap();
         let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
-        let raft = RaftSettings {
-            dir: dir.join("raft"),
-            node_id: NODE,
-            address: "127.0.0.1:9092".into(),
-            config: raft_config.clone(),
-        };
-        PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, raft)
+        let raft = RaftSettings::solo(dir.join("raft"), NODE, "127.0.0.1:9092".into(), raft_config.clone());
+        PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, raft, crate::raft::network::SoloNetwork)
             .await
             .expect("partition starts")
     }
@@ -353,7 +348,7 @@ mod tests {
     #[test]
     fn the_raft_log_alone_rebuilds_every_acknowledged_commit() {
         let tmp = TempDir::new().unwrap();
-        let config = crate::raft::coordinator_config().unwrap();
+        let config = crate::raft::coordinator_config(true).unwrap();
         local(async {
             let runner = start(tmp.path(), &config).await;
             // Concurrent commits share entries (one write in flight at a time).
@@ -398,7 +393,7 @@ mod tests {
     fn a_snapshot_purges_the_raft_log_and_a_restart_loads_it() {
         let tmp = TempDir::new().unwrap();
         let config = Arc::new(
-            openraft::Config { max_in_snapshot_log_to_keep: 0, ..crate::raft::coordinator_config().unwrap().as_ref().clone() }
+            openraft::Config { max_in_snapshot_log_to_keep: 0, ..crate::raft::coordinator_config(true).unwrap().as_ref().clone() }
                 .validate()
                 .unwrap(),
         );

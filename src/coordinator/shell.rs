@@ -51,8 +51,11 @@ const CHECKPOINT_MIN_BYTES: u64 = 64 * 1024 * 1024;
 const CHECKPOINT_BATCH: usize = 500;
 /// Records per Raft entry, at most (a request's records are never split).
 const MAX_RECORDS_PER_ENTRY: usize = 4096;
-/// How long a partition may take to elect itself and catch up at startup.
+/// How long a one-voter partition may take to elect itself and catch up at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a write may wait to commit (Kafka's `offsets.commit.timeout.ms`); after that the
+/// request gets COORDINATOR_NOT_AVAILABLE (a leader cut off from its quorum never acknowledges).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a coordinator partition's Raft group needs to start.
 #[derive(Debug, Clone)]
@@ -60,9 +63,20 @@ pub struct RaftSettings {
     /// The group's directory (its log, vote, applied membership).
     pub dir: PathBuf,
     pub node_id: u64,
-    /// This node's advertised Kafka address, recorded in the group's membership.
-    pub address: String,
+    /// The group's voters and their addresses when it is first initialized (this node alone on
+    /// a single node).
+    pub members: BTreeMap<u64, BasicNode>,
+    /// The member that stands for election first, so leadership of the partitions spreads over
+    /// the nodes.
+    pub preferred_leader: u64,
     pub config: Arc<openraft::Config>,
+}
+
+impl RaftSettings {
+    /// A one-voter group: this node, at `address`.
+    pub fn solo(dir: PathBuf, node_id: u64, address: String, config: Arc<openraft::Config>) -> RaftSettings {
+        RaftSettings { dir, node_id, members: BTreeMap::from([(node_id, BasicNode::new(address))]), preferred_leader: node_id, config }
+    }
 }
 
 /// Requests whose records wait for the next Raft entry.
@@ -79,10 +93,15 @@ pub struct PartitionRunner {
     log: Rc<Partition>,
     raft: OnceCell<Raft>,
     proposals: RefCell<Proposals>,
+    node_id: u64,
     /// Entries from this index on were proposed by this node as leader, their records already in
     /// `state`; entries before it are replayed when applied.
     local_from: Cell<u64>,
+    /// This node leads the partition's Raft group and has applied its whole log.
     serving: Cell<bool>,
+    serving_changed: Notify,
+    /// The group's leader as last seen (for FindCoordinator).
+    leader: Cell<Option<u64>>,
     waiting: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
     next_token: Cell<Token>,
     timers: RefCell<BinaryHeap<Reverse<(i64, u64)>>>,
@@ -102,15 +121,17 @@ impl std::fmt::Debug for PartitionRunner {
 }
 
 impl PartitionRunner {
-    /// Loads a partition (its log, then its Raft group's entries after it), waits until it leads
-    /// its Raft group and has caught up, then starts sessions and timers.
-    pub async fn start(
+    /// Loads a partition (its log, then its Raft group's entries after it) and starts its Raft
+    /// group. A one-voter group returns once it serves; in a cluster the partition serves whenever
+    /// this node leads its group (see `follow_leadership`).
+    pub async fn start<N: openraft::RaftNetworkFactory<crate::raft::TypeConfig>>(
         index: i32,
         log: Rc<Partition>,
         config: GroupConfig,
         consumer: super::consumer::ConsumerGroupConfig,
         expiration_interval_ms: u64,
         raft: RaftSettings,
+        network: N,
     ) -> Result<Rc<Self>, String> {
         let now = now_ms();
         let mut state = CoordinatorState::with_consumer_config(config, consumer);
@@ -127,8 +148,11 @@ impl PartitionRunner {
             log,
             raft: OnceCell::new(),
             proposals: RefCell::default(),
+            node_id: raft.node_id,
             local_from: Cell::new(u64::MAX),
             serving: Cell::new(false),
+            serving_changed: Notify::new(),
+            leader: Cell::new(None),
             waiting: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             timers: RefCell::new(BinaryHeap::new()),
@@ -144,17 +168,20 @@ impl PartitionRunner {
             .await
             .map_err(|e| format!("cannot open its Raft log in {}: {e}", raft.dir.display()))?;
         let machine = CoordinatorStateMachine::open(Rc::downgrade(&runner), applied, raft.dir.clone())?;
-        let group = Raft::new(raft.node_id, raft.config, crate::raft::network::SoloNetwork, store, machine)
+        let group = Raft::new(raft.node_id, raft.config.clone(), network, store, machine)
             .await
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
         let fatal = |e: openraft::error::Fatal<u64>| format!("its Raft group failed: {e}");
         if !group.is_initialized().await.map_err(fatal)? {
-            let members = BTreeMap::from([(raft.node_id, BasicNode::new(raft.address.clone()))]);
-            group.initialize(members).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
+            // Every member initializes with the same membership (openraft allows it); the
+            // preferred leader then stands for election at once.
+            group.initialize(raft.members.clone()).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
+            if raft.preferred_leader == raft.node_id && raft.members.len() > 1 {
+                group.trigger().elect().await.map_err(fatal)?;
+            }
         }
-        let wait = || group.wait(Some(STARTUP_TIMEOUT));
         let has_voters = |m: &openraft::RaftMetrics<u64, BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
-        let metrics = wait().metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
+        let metrics = group.wait(Some(STARTUP_TIMEOUT)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
         let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
         if !voters.contains(&raft.node_id) {
             return Err(format!(
@@ -162,24 +189,97 @@ impl PartitionRunner {
                 raft.node_id
             ));
         }
-        let leading = wait().state(ServerState::Leader, "lead").await.map_err(|e| format!("did not become leader: {e}"))?;
-        let last = leading.last_log_index;
-        wait().applied_index_at_least(last, "catch up").await.map_err(|e| format!("did not catch up: {e}"))?;
-        runner.local_from.set(last.map_or(0, |i| i + 1));
         let _ = runner.raft.set(group);
-        runner.state.borrow_mut().start_sessions(now_ms());
-        runner.serving.set(true);
+        tokio::task::spawn_local(runner.clone().follow_leadership());
+        tokio::task::spawn_local(runner.clone().timer_loop());
+        tokio::task::spawn_local(runner.clone().expiration_loop());
+        if voters == [raft.node_id] {
+            let served = tokio::time::timeout(STARTUP_TIMEOUT, async {
+                while !runner.serving() {
+                    runner.serving_changed.notified().await;
+                }
+            });
+            served.await.map_err(|_| format!("did not take the lead of its one-voter Raft group within {STARTUP_TIMEOUT:?}"))?;
+        }
         {
             let state = runner.state.borrow();
             let groups = state.groups.len() + state.consumer_groups.len();
             if groups > 0 {
-                tracing::info!(partition = index, records, groups, applied = ?applied, last_log_index = ?last, "loaded coordinator partition");
+                tracing::info!(partition = index, records, groups, applied = ?applied, "loaded coordinator partition");
             }
         }
-        runner.run_effects();
-        tokio::task::spawn_local(runner.clone().timer_loop());
-        tokio::task::spawn_local(runner.clone().expiration_loop());
         Ok(runner)
+    }
+
+    /// Follows the Raft group's leadership: serves once this node leads and has applied every
+    /// entry it had at election (the state is then complete), stops serving when it no longer
+    /// leads. Ends when the group shuts down.
+    async fn follow_leadership(self: Rc<Self>) {
+        let Some(raft) = self.raft.get().cloned() else { return };
+        let mut metrics = raft.metrics();
+        // The log's last index when this node was first seen leading in this term.
+        let mut catch_up: Option<(u64, Option<u64>)> = None;
+        loop {
+            let (leading, term, last_log, applied) = {
+                let m = metrics.borrow_and_update();
+                self.leader.set(m.current_leader);
+                let leading = m.state == ServerState::Leader && m.current_leader == Some(self.node_id);
+                (leading, m.current_term, m.last_log_index, m.last_applied.map(|l| l.index))
+            };
+            if !leading {
+                catch_up = None;
+                if self.serving.get() {
+                    self.step_down();
+                }
+            } else if !self.serving.get() {
+                let (_, target) = *catch_up.get_or_insert((term, last_log));
+                if applied >= target {
+                    self.take_over(target);
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Starts serving: the state holds every entry up to `applied`; what follows is proposed
+    /// here.
+    fn take_over(self: &Rc<Self>, applied: Option<u64>) {
+        self.local_from.set(applied.map_or(0, |i| i + 1));
+        self.state.borrow_mut().start_sessions(now_ms());
+        self.serving.set(true);
+        self.serving_changed.notify_waiters();
+        tracing::debug!(partition = self.index, applied = ?applied, "coordinator partition serving (this node leads its Raft group)");
+        self.run_effects();
+    }
+
+    /// Stops serving: pending requests are dropped, timers cancelled, and the state is rebuilt
+    /// from the partition's log (what was applied), since it may hold records that never
+    /// committed. Entries applied from now on are replayed.
+    fn step_down(&self) {
+        self.serving.set(false);
+        self.serving_changed.notify_waiters();
+        self.local_from.set(u64::MAX);
+        self.fail_waiters();
+        self.proposals.borrow_mut().queue.clear();
+        self.timers.borrow_mut().clear();
+        self.timer_keys.borrow_mut().clear();
+        let now = now_ms();
+        let mut fresh = {
+            let state = self.state.borrow();
+            CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
+        };
+        match for_each_record(&self.log, |record| fresh.replay(record, now)) {
+            Ok(_) => *self.state.borrow_mut() = fresh,
+            Err(e) => tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log"),
+        }
+        tracing::info!(partition = self.index, leader = ?self.leader.get(), "coordinator partition stopped serving (another node leads)");
+    }
+
+    /// The node that leads this partition's Raft group, as last seen.
+    pub fn leader(&self) -> Option<u64> {
+        self.leader.get()
     }
 
     /// The partition's Raft group, once started.
@@ -290,11 +390,16 @@ impl PartitionRunner {
     /// Writes records as one entry and waits until it is committed and applied.
     async fn write(&self, records: &[GroupRecord]) -> Result<(), ResponseError> {
         let Some(raft) = self.raft.get() else { return Err(ResponseError::CoordinatorNotAvailable) };
-        match raft.client_write(Command::new(encode_batch(records, now_ms()))).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
+        let write = raft.client_write(Command::new(encode_batch(records, now_ms())));
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
                 tracing::warn!(partition = self.index, error = %e, "Raft write failed");
                 Err(raft_error_code(&e))
+            }
+            Err(_) => {
+                tracing::warn!(partition = self.index, "Raft write did not commit within {WRITE_TIMEOUT:?}");
+                Err(ResponseError::CoordinatorNotAvailable)
             }
         }
     }
@@ -436,6 +541,9 @@ impl PartitionRunner {
         tick.tick().await;
         loop {
             tick.tick().await;
+            if !self.serving() {
+                continue;
+            }
             let expired = self.with_state(|s, now| s.expire_offsets(now));
             if expired > 0 {
                 tracing::info!(partition = self.index, expired, "expired committed offsets");

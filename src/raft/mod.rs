@@ -98,15 +98,18 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
     entry_codec::decode_stored_membership(bytes)
 }
 
-/// Timers of the coordinator partitions' Raft groups. Snapshots are triggered by the coordinator
-/// itself, by how much its `__consumer_offsets` partition has grown, not by entry count: one
-/// entry holds a whole batch of records.
-pub fn coordinator_config() -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+/// Timers of a coordinator partition's Raft group. The partition's preferred leader stands for
+/// election sooner than the other members, so it usually wins and leadership spreads over the
+/// nodes. Snapshots are triggered by the coordinator itself, by how much its
+/// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
+/// records.
+pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    let (election_timeout_min, election_timeout_max) = if preferred_leader { (300, 600) } else { (700, 1400) };
     let config = openraft::Config {
         cluster_name: "corral-coordinator".into(),
         heartbeat_interval: 100,
-        election_timeout_min: 300,
-        election_timeout_max: 600,
+        election_timeout_min,
+        election_timeout_max,
         snapshot_policy: openraft::SnapshotPolicy::Never,
         ..Default::default()
     };

@@ -104,7 +104,7 @@ impl Shard {
     async fn start_coordinators(&self) -> Result<(), String> {
         let node = &self.node;
         let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
-        let raft_config = crate::raft::coordinator_config().map_err(|e| format!("Raft config: {e}"))?;
+        let raft_config = crate::raft::coordinator_config(true).map_err(|e| format!("Raft config: {e}"))?;
         let mut starting = Vec::new();
         for (index, meta) in topic.partitions.iter().enumerate() {
             if meta.shard != self.id {
@@ -112,12 +112,8 @@ impl Shard {
             }
             let index = index as i32;
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
-            let raft = RaftSettings {
-                dir: node.coordinator_raft_dir(index),
-                node_id: node.node_id as u64,
-                address: format!("{}:{}", node.advertised.0, node.advertised.1),
-                config: raft_config.clone(),
-            };
+            let address = format!("{}:{}", node.advertised.0, node.advertised.1);
+            let raft = RaftSettings::solo(node.coordinator_raft_dir(index), node.node_id as u64, address, raft_config.clone());
             let runner = PartitionRunner::start(
                 index,
                 log,
@@ -125,6 +121,7 @@ impl Shard {
                 node.config.consumer_group_config(),
                 node.config.groups.offsets_retention_check_interval_ms,
                 raft,
+                crate::raft::network::SoloNetwork,
             );
             starting.push(async move { runner.await.map_err(|e| format!("coordinator partition {index}: {e}")) });
         }

@@ -1,0 +1,319 @@
+//! Coordinator partitions replicated over three in-process nodes, on a network that can cut a
+//! node off: elections, a leader killed under commit load, a leader partitioned away and healed.
+//! Nothing acknowledged may be missing afterwards, on any node.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::BasicNode;
+use tempfile::TempDir;
+
+use super::offsets::{CommitOffset, CommitRequest};
+use super::shell::{PartitionRunner, RaftSettings};
+use super::state::{GroupConfig, Response};
+use crate::raft::{Raft, TypeConfig};
+use crate::storage::{LogConfig, Partition, PartitionLog};
+
+type NodeId = u64;
+
+/// Delivers RPCs between the Raft groups of in-process nodes; a cut-off node reaches nobody and
+/// nobody reaches it.
+#[derive(Default)]
+struct Router {
+    nodes: RefCell<HashMap<NodeId, Raft>>,
+    cut: RefCell<HashSet<NodeId>>,
+}
+
+impl Router {
+    fn target(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable> {
+        let cut = self.cut.borrow();
+        if cut.contains(&from) || cut.contains(&to) {
+            return Err(Unreachable::new(&std::io::Error::other(format!("{from} and {to} are partitioned"))));
+        }
+        self.nodes.borrow().get(&to).cloned().ok_or_else(|| Unreachable::new(&std::io::Error::other(format!("{to} is down"))))
+    }
+}
+
+#[derive(Clone)]
+struct Net {
+    from: NodeId,
+    router: Rc<Router>,
+}
+
+struct Link {
+    from: NodeId,
+    to: NodeId,
+    router: Rc<Router>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Net {
+    type Network = Link;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> Link {
+        Link { from: self.from, to: target, router: self.router.clone() }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Link {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        raft.append_entries(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
+        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        raft.install_snapshot(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        raft.vote(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+}
+
+const NODES: [NodeId; 3] = [1, 2, 3];
+
+struct Cluster {
+    tmp: TempDir,
+    router: Rc<Router>,
+    runners: RefCell<BTreeMap<NodeId, Rc<PartitionRunner>>>,
+}
+
+/// The preferred leader: node 1.
+const PREFERRED: NodeId = 1;
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let cluster = Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default() };
+        for node in NODES {
+            cluster.start_node(node).await;
+        }
+        cluster
+    }
+
+    async fn start_node(&self, node: NodeId) {
+        let dir = self.tmp.path().join(node.to_string());
+        let log_config = LogConfig {
+            segment_bytes: 1 << 20,
+            segment_ms: i64::MAX / 2,
+            retention_bytes: -1,
+            retention_ms: -1,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1 << 20,
+        };
+        let (log, _) = PartitionLog::open(&dir.join("log"), log_config, false, crate::clock::now_ms()).unwrap();
+        let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
+        let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
+        let config = crate::raft::coordinator_config(node == PREFERRED).unwrap();
+        let settings = RaftSettings { dir: dir.join("raft"), node_id: node, members, preferred_leader: PREFERRED, config };
+        let net = Net { from: node, router: self.router.clone() };
+        let runner = PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, settings, net)
+            .await
+            .expect("partition starts");
+        self.router.nodes.borrow_mut().insert(node, runner.raft().unwrap().clone());
+        self.runners.borrow_mut().insert(node, runner);
+    }
+
+    fn runner(&self, node: NodeId) -> Rc<PartitionRunner> {
+        self.runners.borrow()[&node].clone()
+    }
+
+    /// Stops a node as a crash would (its disk stays).
+    async fn kill(&self, node: NodeId) {
+        self.router.nodes.borrow_mut().remove(&node);
+        let runner = self.runners.borrow_mut().remove(&node).unwrap();
+        runner.shutdown().await;
+    }
+
+    /// The node that serves the partition, once exactly one does (excluding `not`).
+    async fn serving(&self, not: Option<NodeId>) -> NodeId {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let serving: Vec<NodeId> =
+                self.runners.borrow().iter().filter(|(n, r)| r.serving() && Some(**n) != not).map(|(n, _)| *n).collect();
+            if let [one] = serving[..] {
+                return one;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no single serving node: {serving:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Commits one offset of group "g", topic "t"; returns the partition's code.
+async fn commit(runner: &Rc<PartitionRunner>, partition: i32, offset: i64) -> i16 {
+    if !runner.serving() {
+        return kafka_protocol::ResponseError::NotCoordinator.code();
+    }
+    let (token, reply) = runner.waiter();
+    let request = CommitRequest {
+        group_id: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        instance_id: None,
+        version: 8,
+        retention_ms: -1,
+        offsets: vec![CommitOffset { topic: "t".into(), partition, offset, leader_epoch: -1, metadata: None }],
+    };
+    runner.with_state(|s, now| s.commit(now, request, token));
+    match reply.await {
+        Ok(Response::Commit(codes)) => codes[0],
+        Ok(other) => panic!("expected a commit reply, got {other:?}"),
+        // Dropped when the node stopped serving: the client hears NOT_COORDINATOR.
+        Err(_) => kafka_protocol::ResponseError::NotCoordinator.code(),
+    }
+}
+
+fn committed(runner: &PartitionRunner, partition: i32) -> Option<i64> {
+    let state = runner.state.borrow();
+    state.offsets.get("g")?.get(&("t".to_string(), partition)).map(|v| v.offset)
+}
+
+fn local<F: std::future::Future>(f: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    tokio::task::LocalSet::new().block_on(&runtime, f)
+}
+
+/// Waits until every listed node holds `expected` offsets (followers apply after the leader).
+async fn converged(cluster: &Cluster, nodes: &[NodeId], expected: &BTreeMap<i32, i64>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let lagging: Vec<(NodeId, i32, Option<i64>)> = nodes
+            .iter()
+            .flat_map(|n| expected.iter().map(move |(p, o)| (*n, *p, *o)))
+            .filter_map(|(n, p, o)| {
+                let got = committed(&cluster.runner(n), p);
+                (got != Some(o)).then_some((n, p, got))
+            })
+            .collect();
+        if lagging.is_empty() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not converged: (node, partition, offset) {lagging:?}, expected {expected:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Commit streams on 4 partitions: each commits increasing offsets, one at a time, at whichever
+/// node serves, retrying (as a client re-discovers its coordinator) until acknowledged, and records
+/// the last acknowledged offset.
+async fn commit_streams(cluster: &Cluster, rounds: std::ops::Range<i64>, acked: &RefCell<BTreeMap<i32, i64>>) {
+    let streams = (0..4).map(|p| {
+        let rounds = rounds.clone();
+        async move {
+            for round in rounds {
+                let offset = round * 10 + p as i64;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                'retry: loop {
+                    let runners: Vec<_> = cluster.runners.borrow().values().cloned().collect();
+                    for runner in runners {
+                        if commit(&runner, p, offset).await == 0 {
+                            acked.borrow_mut().insert(p, offset);
+                            break 'retry;
+                        }
+                    }
+                    assert!(tokio::time::Instant::now() < deadline, "commit of {offset} to partition {p} never acknowledged");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    });
+    futures_util::future::join_all(streams).await;
+}
+
+/// The preferred leader wins the first election; followers apply what it commits.
+#[test]
+fn the_preferred_node_leads_and_followers_apply_its_commits() {
+    local(async {
+        let cluster = Cluster::start().await;
+        assert_eq!(cluster.serving(None).await, PREFERRED);
+        let leader = cluster.runner(1);
+        for offset in 0..20 {
+            assert_eq!(commit(&leader, 0, offset).await, 0);
+        }
+        assert_eq!(commit(&cluster.runner(2), 0, 99).await, kafka_protocol::ResponseError::NotCoordinator.code());
+        converged(&cluster, &NODES, &BTreeMap::from([(0, 19)])).await;
+        assert_eq!(cluster.runner(2).leader(), Some(1), "followers know the leader");
+    });
+}
+
+/// The leader is killed while commits stream in: another node takes over, no acknowledged commit
+/// is lost, and the restarted node catches up from the log.
+#[test]
+fn a_leader_killed_under_commit_load_loses_no_acknowledged_commit() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let first = cluster.serving(None).await;
+        let acked = RefCell::new(BTreeMap::new());
+        let kill = async {
+            while acked.borrow().values().min().is_none_or(|&o| o < 100) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let at_kill = acked.borrow().clone();
+            cluster.kill(first).await;
+            at_kill
+        };
+        let (_, at_kill) = futures_util::join!(commit_streams(&cluster, 0..60, &acked), kill);
+        let second = cluster.serving(None).await;
+        assert_ne!(second, first);
+        for (p, o) in &at_kill {
+            let got = committed(&cluster.runner(second), *p);
+            assert!(got >= Some(*o), "partition {p}: commit of {o} was acknowledged before the kill, the new leader has {got:?}");
+        }
+        let expected = acked.borrow().clone();
+        assert_eq!(expected, (0..4).map(|p| (p, 590 + p as i64)).collect::<BTreeMap<_, _>>());
+        converged(&cluster, &[second], &expected).await;
+        cluster.start_node(first).await;
+        converged(&cluster, &NODES, &expected).await;
+    });
+}
+
+/// The leader is cut off: it acknowledges nothing more; the majority elects a leader and goes
+/// on; after healing, the old leader follows and every node holds every acknowledged commit.
+#[test]
+fn a_partitioned_leader_acknowledges_nothing_and_the_cluster_converges_after_healing() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let old = cluster.serving(None).await;
+        let acked = RefCell::new(BTreeMap::new());
+        commit_streams(&cluster, 0..5, &acked).await;
+
+        cluster.router.cut.borrow_mut().insert(old);
+        let isolated = cluster.runner(old);
+        let refused = commit(&isolated, 0, 10_000).await;
+        assert_ne!(refused, 0, "a leader cut off from its quorum acknowledged a commit");
+
+        let new = cluster.serving(Some(old)).await;
+        assert_ne!(new, old);
+        for p in 0..4 {
+            assert_eq!(commit(&cluster.runner(new), p, 5_000 + p as i64).await, 0);
+        }
+        cluster.router.cut.borrow_mut().clear();
+        let expected: BTreeMap<i32, i64> = (0..4).map(|p| (p, 5_000 + p as i64)).collect();
+        converged(&cluster, &NODES, &expected).await;
+        assert!(!isolated.serving(), "the old leader follows after healing");
+        assert_eq!(committed(&isolated, 0), Some(5_000), "the unacknowledged commit of 10000 is gone");
+    });
+}
