@@ -78,6 +78,18 @@ need_cmd() {
     fi
 }
 
+# need_file PATH PKG...: installs PKG... unless PATH exists (for programs that are not on PATH,
+# such as ZooKeeper's scripts), and fails if PATH is still missing.
+need_file() {
+    local path="$1"
+    shift
+    if [ ! -e "$path" ]; then
+        printf 'installing %s (for %s)\n' "$*" "$path" >&2
+        apt_install "$@"
+        [ -e "$path" ] || die "$path is still missing after installing $*"
+    fi
+}
+
 # need_cargo: finds cargo. The Rust toolchain comes from rustup, not Debian (Debian's is older
 # than rust-version).
 need_cargo() {

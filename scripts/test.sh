@@ -5,10 +5,11 @@
 #
 # Idempotent, and meant to work from a clean checkout on a fresh Debian machine (as root, or with
 # sudo): it installs missing Debian packages (kcat, Python venv support, Node.js/npm, a C
-# compiler), creates .venv with the pinned Python clients of tests/e2e/requirements.txt, installs
-# KafkaJS from tests/e2e/js/package-lock.json, then runs `cargo build --bins`, `cargo test` and
-# the end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the run:
-# nothing is skipped.
+# compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime), creates .venv with
+# the pinned Python clients of tests/e2e/requirements.txt, installs KafkaJS from
+# tests/e2e/js/package-lock.json, then runs `cargo build --bins`, `cargo test` and the
+# end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the run: nothing
+# is skipped.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,9 +26,17 @@ need_cmd kcat kcat
 need_cmd python3 python3 python3-venv
 need_cmd node nodejs
 need_cmd npm npm
-printf 'cargo: %s\nkcat: %s\npython3: %s\nnode: %s, npm %s\n' \
+# tests/e2e/test_burrow.py: Burrow, and the standalone ZooKeeper it refuses to start without
+# (run from the zookeeper package's jars; the package depends on a Java runtime).
+need_cmd Burrow burrow
+need_file /usr/share/zookeeper/bin/zkServer.sh zookeeper
+need_cmd java default-jre-headless
+printf 'cargo: %s\nkcat: %s\npython3: %s\nnode: %s, npm %s\nburrow: %s, zookeeper %s, %s\n' \
     "$(cargo --version)" "$(kcat -V 2>&1 | grep -m1 -o 'Version [^ ]*.*librdkafka [0-9.]*' || echo '?')" \
-    "$(python3 --version 2>&1)" "$(node --version)" "$(npm --version)" >&2
+    "$(python3 --version 2>&1)" "$(node --version)" "$(npm --version)" \
+    "$(dpkg-query -W -f '${Version}' burrow 2>/dev/null || echo '?')" \
+    "$(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '?')" \
+    "$(java -version 2>&1 | head -n1)" >&2
 
 # --- Python clients -----------------------------------------------------------------------------
 

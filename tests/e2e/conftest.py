@@ -326,6 +326,13 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((f"corral stderr ({server.log_path})", server.log_tail() or "(empty)"))
         for member in getattr(item, "_group_members", []):
             report.sections.append((f"group member {member.name} ({member.stderr_path})", member.stderr_tail(60)))
+        # Other programs a test ran (ZooKeeper, Burrow): (title, log file path).
+        for title, path in getattr(item, "_extra_logs", []):
+            try:
+                tail = "\n".join(Path(path).read_text(errors="replace").splitlines()[-150:])
+            except OSError as e:
+                tail = f"(unreadable: {e})"
+            report.sections.append((f"{title} ({path})", tail or "(empty)"))
     return report
 
 

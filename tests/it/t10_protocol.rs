@@ -37,6 +37,7 @@ fn api_versions_lists_every_api_with_the_client_quirks() {
         assert_eq!(range(ApiKey::Produce), (0, 13), "Produce is advertised from v0");
         assert_eq!(range(ApiKey::Fetch), (4, 18));
         assert_eq!(range(ApiKey::Metadata), (0, 13));
+        assert_eq!(range(ApiKey::ListOffsets), (0, 10), "ListOffsets v0 is served for sarama-based tools");
         assert_eq!(range(ApiKey::ApiVersions), (0, 4));
     }
 }
@@ -171,6 +172,86 @@ fn every_api_answers_at_every_served_version() {
     }
 }
 
+/// ListOffsets v0 (dropped by Kafka 4 and by the codec, still sent by sarama-based tools such as
+/// Burrow 1.2): latest and earliest as one-element `old_style_offsets`, an empty list when the
+/// client asks for no offsets, and a per-partition error for an unknown topic.
+#[test]
+fn list_offsets_v0_answers_with_old_style_offsets() {
+    let server = TestServer::start();
+    let mut client = server.client();
+    create_topic(&mut client, "legacy", 2);
+    // Five records with timestamps 1_700_000_000_000 + 0..5.
+    let r = client.call(3, &produce("legacy", 0, batch(5, 10, Compression::None, None), 1));
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+
+    // replica_id -1; topics [name, partitions [partition, timestamp, max_num_offsets]].
+    let queries: &[(&str, &[(i32, i64, i32)])] = &[
+        (
+            "legacy",
+            &[
+                (0, -1, 1),
+                (0, -2, 1),
+                (1, -1, 1),
+                (0, -1, 0),
+                (0, 1_700_000_000_003, 1),
+                (0, 1_700_000_000_100, 1),
+                (0, -3, 1),
+                (7, -1, 1),
+            ],
+        ),
+        ("no-such-topic", &[(0, -1, 1)]),
+    ];
+    let mut frame = BytesMut::new();
+    frame.put_i16(ApiKey::ListOffsets as i16);
+    frame.put_i16(0);
+    frame.put_i32(42);
+    frame.put_i16(-1);
+    frame.put_i32(-1);
+    frame.put_i32(queries.len() as i32);
+    for (topic, parts) in queries {
+        frame.put_i16(topic.len() as i16);
+        frame.put_slice(topic.as_bytes());
+        frame.put_i32(parts.len() as i32);
+        for &(partition, timestamp, max) in *parts {
+            frame.put_i32(partition);
+            frame.put_i64(timestamp);
+            frame.put_i32(max);
+        }
+    }
+    client.write_raw(&sized(&frame));
+
+    let mut r = client.read_frame().unwrap();
+    assert_eq!(r.get_i32(), 42, "correlation id, header v0");
+    let mut got = Vec::new();
+    for _ in 0..r.get_i32() {
+        let len = r.get_i16() as usize;
+        let name = r.split_to(len);
+        for _ in 0..r.get_i32() {
+            let (partition, error_code) = (r.get_i32(), r.get_i16());
+            let offsets: Vec<i64> = (0..r.get_i32()).map(|_| r.get_i64()).collect();
+            got.push((String::from_utf8(name.to_vec()).unwrap(), partition, error_code, offsets));
+        }
+    }
+    assert!(!r.has_remaining(), "{} bytes after the body", r.remaining());
+    let want = |t: &str, p, e, o: &[i64]| (t.to_string(), p, e, o.to_vec());
+    assert_eq!(
+        got,
+        vec![
+            want("legacy", 0, 0, &[5]),
+            want("legacy", 0, 0, &[0]),
+            want("legacy", 1, 0, &[0]),
+            want("legacy", 0, 0, &[]),
+            want("legacy", 0, 0, &[3]),
+            want("legacy", 0, 0, &[5]),
+            want("legacy", 0, 0, &[]),
+            want("legacy", 7, 3, &[]),
+            want("no-such-topic", 0, 3, &[]),
+        ]
+    );
+    // The connection goes on with current versions.
+    assert_eq!(client.call(2, &ApiVersionsRequest::default()).error_code, 0);
+}
+
 fn sized(body: &[u8]) -> Vec<u8> {
     let mut out = (body.len() as i32).to_be_bytes().to_vec();
     out.extend_from_slice(body);
@@ -199,6 +280,8 @@ fn bad_frames_close_only_their_connection() {
         ("JoinGroup with a body cut short", sized(&[0, 11, 0, 5, 0, 0, 0, 1, 0xff, 0xff, 0, 1, b'g'])),
         ("Metadata v0 claiming 2^31 topics", sized(&metadata_v0_huge_array)),
         ("Metadata v12 claiming 2^32 topics", sized(&metadata_v12_huge_compact)),
+        ("ListOffsets v0 with a body cut short", sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 1, b'x'])),
+        ("ListOffsets v0 claiming 2^31 topics", sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff])),
         ("garbage body", sized(&[0, 19, 0, 7, 0, 0, 0, 1, 0xff, 0xff, 0, 0xde, 0xad, 0xbe, 0xef])),
     ];
     for (what, bytes) in cases {
