@@ -43,6 +43,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub topics: TopicsConfig,
     pub groups: GroupsConfig,
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -106,6 +107,39 @@ pub struct TopicsConfig {
     pub default_partitions: i32,
     pub max_partitions: i32,
     pub defaults: TopicDefaults,
+}
+
+/// The nodes of a cluster. Membership is static: every node lists the same nodes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Address the Raft listener binds (traffic between nodes). Unused on a single node.
+    pub raft_listen: SocketAddr,
+    /// Every node, this one included. Empty: a single node (this one).
+    pub nodes: Vec<ClusterNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterNode {
+    pub id: i32,
+    /// `host:port` of the node's Raft listener.
+    pub raft: String,
+    /// `host:port` clients are told to connect to (the node's `kafka.advertised`).
+    pub kafka: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { raft_listen: SocketAddr::from(([127, 0, 0, 1], 9094)), nodes: Vec::new() }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether other nodes are configured.
+    pub fn is_multi_node(&self) -> bool {
+        self.nodes.len() > 1
+    }
 }
 
 /// The group coordinator (Kafka's `group.*` and `offsets.*` broker settings).
@@ -239,6 +273,31 @@ impl Config {
         Config::from_toml(&text, Some(path.to_path_buf()))
     }
 
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if c.nodes.is_empty() {
+            return Ok(());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for node in &c.nodes {
+            if node.id < 0 {
+                return Err(invalid("cluster.nodes", format!("node ids must be >= 0, got {}", node.id)));
+            }
+            if !seen.insert(node.id) {
+                return Err(invalid("cluster.nodes", format!("node id {} is listed twice", node.id)));
+            }
+            parse_host_port(&node.raft).map_err(|reason| invalid("cluster.nodes", format!("node {}: raft: {reason}", node.id)))?;
+            parse_host_port(&node.kafka).map_err(|reason| invalid("cluster.nodes", format!("node {}: kafka: {reason}", node.id)))?;
+        }
+        if !seen.contains(&self.node.id) {
+            return Err(invalid("cluster.nodes", format!("must include this node (node.id = {})", self.node.id)));
+        }
+        if c.is_multi_node() && (c.raft_listen == self.kafka.listen || c.raft_listen == self.admin.listen) {
+            return Err(invalid("cluster.raft_listen", "must differ from kafka.listen and admin.listen"));
+        }
+        Ok(())
+    }
+
     /// Checks every bound and cross-field rule. Runs before anything is bound or opened.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
@@ -263,6 +322,7 @@ impl Config {
         if self.node.id < 0 {
             return Err(invalid("node.id", format!("must be >= 0, got {}", self.node.id)));
         }
+        self.validate_cluster()?;
         let r = &self.runtime;
         if r.shards > MAX_SHARDS {
             return Err(invalid("runtime.shards", format!("must be at most {MAX_SHARDS}, got {}", r.shards)));

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +32,10 @@ pub struct Node {
     /// for the life of the process, so group requests route without touching the catalog.
     pub coordinator_shards: Vec<crate::runtime::ShardId>,
     pub(crate) ready: AtomicBool,
+    /// The cluster's nodes (this one alone on a single node): id → advertised Kafka address.
+    pub brokers: std::collections::BTreeMap<i32, (String, u16)>,
+    /// Links to the other nodes' Raft listeners (none on a single node).
+    pub peers: Arc<crate::raft::transport::Peers>,
 }
 
 impl Node {

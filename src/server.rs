@@ -58,6 +58,8 @@ pub struct Server {
     node: Arc<Node>,
     shards: Shards,
     admin: JoinHandle<()>,
+    /// The thread of the Raft links to other nodes (clusters only).
+    raft_net: Option<JoinHandle<()>>,
     data_dir: PathBuf,
     _lock: File,
 }
@@ -76,7 +78,10 @@ impl Server {
             return Err(StartError::Locked(data_dir));
         }
         let clean_start = take_clean_marker(&data_dir).map_err(io)?;
-        let cluster_id = cluster_id(&meta_dir).map_err(io)?;
+        let cluster_id = match config.cluster.is_multi_node() {
+            true => cluster_id_of(&config.cluster.nodes),
+            false => cluster_id(&meta_dir).map_err(io)?,
+        };
         crate::cluster::remove_deleted_dirs(&data_dir).map_err(io)?;
 
         let shards = config.shard_count();
@@ -90,7 +95,29 @@ impl Server {
             .map_err(|source| StartError::Bind { key: "admin.listen", addr: config.admin.listen, source })?;
         let admin_addr = admin_listener.local_addr().map_err(io)?;
 
-        let advertised = config.advertised_host_port(kafka_addr);
+        let mut advertised = config.advertised_host_port(kafka_addr);
+        let mut brokers = std::collections::BTreeMap::new();
+        for n in &config.cluster.nodes {
+            // Validated already.
+            let address = crate::config::parse_host_port(&n.kafka).map_err(|reason| {
+                StartError::Config(ConfigError::Invalid { key: "cluster.nodes", reason })
+            })?;
+            if n.id == config.node.id {
+                advertised = address.clone();
+            }
+            brokers.insert(n.id, address);
+        }
+        brokers.entry(config.node.id).or_insert_with(|| advertised.clone());
+        let (peers, peer_tasks) = if config.cluster.is_multi_node() {
+            let raft_listen = config.cluster.raft_listen;
+            let listener = std::net::TcpListener::bind(raft_listen)
+                .map_err(|source| StartError::Bind { key: "cluster.raft_listen", addr: raft_listen, source })?;
+            let others = config.cluster.nodes.iter().filter(|n| n.id != config.node.id).map(|n| (n.id as u64, n.raft.clone()));
+            let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect());
+            (peers, Some(tasks))
+        } else {
+            (Default::default(), None)
+        };
         let coordinator_shards = catalog
             .get(crate::cluster::OFFSETS_TOPIC)
             .map(|t| t.partitions.iter().map(|p| p.shard).collect())
@@ -108,7 +135,13 @@ impl Server {
             clean_start,
             coordinator_shards,
             ready: Default::default(),
+            brokers,
+            peers: Arc::new(peers),
         });
+        let raft_net = match peer_tasks {
+            Some(tasks) => Some(crate::raft::transport::start(node.clone(), tasks).map_err(io)?),
+            None => None,
+        };
         let shards = crate::runtime::start(node.clone(), inboxes, listeners).map_err(StartError::Shard)?;
         let admin = crate::admin::start(node.clone(), admin_listener, metrics).map_err(io)?;
         node.set_ready();
@@ -120,7 +153,7 @@ impl Server {
             clean_start,
             "corral is serving"
         );
-        Ok(Server { kafka_addr, admin_addr, node, shards, admin, data_dir, _lock: lock })
+        Ok(Server { kafka_addr, admin_addr, node, shards, admin, raft_net, data_dir, _lock: lock })
     }
 
     pub fn node(&self) -> &Arc<Node> {
@@ -136,6 +169,9 @@ impl Server {
     pub fn wait(self) -> Result<(), String> {
         let result = self.shards.join();
         let _ = self.admin.join();
+        if let Some(raft_net) = self.raft_net {
+            let _ = raft_net.join();
+        }
         if result.is_ok() {
             write_atomically(&self.data_dir.join(CLEAN_SHUTDOWN), b"").map_err(|e| format!("cannot record clean shutdown: {e}"))?;
             tracing::info!("corral stopped cleanly");
@@ -158,7 +194,19 @@ fn take_clean_marker(data_dir: &Path) -> std::io::Result<bool> {
     }
 }
 
-/// The cluster id, created on first start and kept in `meta/cluster.json`.
+/// The cluster id of a multi-node cluster: the same on every node (clients refuse brokers that
+/// report different ids), derived from the nodes' ids and Kafka addresses, which every node is
+/// configured with alike (Raft addresses may differ, as each node sees its peers).
+fn cluster_id_of(nodes: &[crate::config::ClusterNode]) -> String {
+    let mut sorted: Vec<_> = nodes.iter().map(|n| format!("{}={}", n.id, n.kafka)).collect();
+    sorted.sort();
+    let described = sorted.join(";");
+    let high = crc32c::crc32c(described.as_bytes());
+    let low = crc32c::crc32c_append(high, b"corral-cluster");
+    format!("corral-{high:08x}{low:08x}")
+}
+
+/// The cluster id of a single node, created on first start and kept in `meta/cluster.json`.
 fn cluster_id(meta_dir: &Path) -> std::io::Result<String> {
     #[derive(serde::Serialize, serde::Deserialize)]
     struct Stored {

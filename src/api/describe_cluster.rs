@@ -1,4 +1,4 @@
-//! DescribeCluster (key 60): this node as the cluster's only broker and its controller.
+//! DescribeCluster (key 60): every node of the cluster as a broker; this node as the controller.
 
 use std::rc::Rc;
 
@@ -30,10 +30,17 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             .with_error_code(ResponseError::UnsupportedEndpointType.code())
             .with_error_message(Some(StrBytes::from_static_str("only broker endpoints are served here")));
     } else {
-        response = response.with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(node.node_id))
-            .with_host(StrBytes::from_string(node.advertised.0.clone()))
-            .with_port(node.advertised.1 as i32)]);
+        response = response.with_brokers(
+            node.brokers
+                .iter()
+                .map(|(id, (host, port))| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(*id))
+                        .with_host(StrBytes::from_string(host.clone()))
+                        .with_port(*port as i32)
+                })
+                .collect(),
+        );
     }
     Ok(Handled::Now(ctx.respond(&response)))
 }

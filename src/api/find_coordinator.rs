@@ -1,5 +1,6 @@
-//! FindCoordinator (key 10): every group is coordinated by this node (one node). Batched keys
-//! from v4. Transactions are not served, so TRANSACTION keys get a clear, non-retriable error.
+//! FindCoordinator (key 10): a group's coordinator is the node leading the Raft group of its
+//! coordinator partition (this node, on a single node). Batched keys from v4. Transactions are
+//! not served, so TRANSACTION keys get a clear, non-retriable error.
 
 use std::rc::Rc;
 
@@ -9,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoo
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
@@ -21,31 +22,16 @@ const TRANSACTION: i8 = 1;
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: FindCoordinatorRequest = ctx.decode(body)?;
-    let node = &shard.node;
-    let answer = |key: StrBytes| -> Coordinator {
-        let refuse = |code: ResponseError, message: &'static str| {
-            Coordinator::default()
-                .with_key(key.clone())
-                .with_node_id(BrokerId(-1))
-                .with_host(StrBytes::default())
-                .with_port(-1)
-                .with_error_code(code.code())
-                .with_error_message(Some(StrBytes::from_static_str(message)))
-        };
-        match request.key_type {
-            GROUP => Coordinator::default()
-                .with_key(key.clone())
-                .with_node_id(BrokerId(node.node_id))
-                .with_host(StrBytes::from_string(node.advertised.0.clone()))
-                .with_port(node.advertised.1 as i32),
-            TRANSACTION => refuse(ResponseError::InvalidRequest, "transactions are not supported by corral"),
-            _ => refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
-        }
-    };
+    let keys: Vec<StrBytes> =
+        if ctx.api_version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
+    let mut coordinators = Vec::with_capacity(keys.len());
+    for key in keys {
+        coordinators.push(answer(&shard, request.key_type, key).await);
+    }
     let response = if ctx.api_version >= 4 {
-        FindCoordinatorResponse::default().with_coordinators(request.coordinator_keys.into_iter().map(answer).collect())
+        FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
-        let c = answer(request.key);
+        let c = coordinators.pop().unwrap_or_default();
         let mut r = FindCoordinatorResponse::default()
             .with_error_code(c.error_code)
             .with_node_id(c.node_id)
@@ -58,4 +44,33 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         r
     };
     Ok(Handled::Now(ctx.respond(&response)))
+}
+
+/// The coordinator of one key: the node that leads the Raft group of the group's coordinator
+/// partition (this node, on a single node).
+async fn answer(shard: &Rc<Shard>, key_type: i8, key: StrBytes) -> Coordinator {
+    let refuse = |code: ResponseError, message: &'static str| {
+        Coordinator::default()
+            .with_key(key.clone())
+            .with_node_id(BrokerId(-1))
+            .with_host(StrBytes::default())
+            .with_port(-1)
+            .with_error_code(code.code())
+            .with_error_message(Some(StrBytes::from_static_str(message)))
+    };
+    match key_type {
+        GROUP => {}
+        TRANSACTION => return refuse(ResponseError::InvalidRequest, "transactions are not supported by corral"),
+        _ => return refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
+    }
+    let node = &shard.node;
+    let leader = groups::leader_of(shard, &key).await.and_then(|id| i32::try_from(id).ok());
+    match leader.and_then(|id| node.brokers.get(&id).map(|addr| (id, addr))) {
+        Some((id, (host, port))) => Coordinator::default()
+            .with_key(key.clone())
+            .with_node_id(BrokerId(id))
+            .with_host(StrBytes::from_string(host.clone()))
+            .with_port(*port as i32),
+        None => refuse(ResponseError::CoordinatorNotAvailable, "the group's coordinator partition has no leader yet"),
+    }
 }

@@ -27,6 +27,16 @@ where
         .await
 }
 
+/// The node leading the Raft group of `group_id`'s coordinator partition, as its owner shard last
+/// saw it (`None` while there is no leader).
+pub(crate) async fn leader_of(shard: &Rc<Shard>, group_id: &str) -> Option<u64> {
+    let node = &shard.node;
+    let partition = partition_for(group_id, node.config.groups.offsets_partitions);
+    let owner = *node.coordinator_shards.get(partition as usize)?;
+    let leader = node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).and_then(|r| r.leader()));
+    leader.await.await.ok().flatten()
+}
+
 /// Resolves a reply to a value or the coordinator-level error (spec §1.4).
 pub(crate) fn resolve<T>(outcome: Result<Option<T>, ShardStopped>) -> Result<T, ResponseError> {
     match outcome {

@@ -1,4 +1,6 @@
-//! Metadata (key 3): brokers (this node), topics and their partitions, with auto topic creation.
+//! Metadata (key 3): brokers (every node of the cluster), topics and their partitions, with auto
+//! topic creation. Topics are this node's own (there is no metadata group yet), so this node leads
+//! every partition it reports.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -49,10 +51,17 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         }
     };
     let response = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(node.node_id))
-            .with_host(StrBytes::from_string(node.advertised.0.clone()))
-            .with_port(node.advertised.1 as i32)])
+        .with_brokers(
+            node.brokers
+                .iter()
+                .map(|(id, (host, port))| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(*id))
+                        .with_host(StrBytes::from_string(host.clone()))
+                        .with_port(*port as i32)
+                })
+                .collect(),
+        )
         .with_cluster_id(Some(StrBytes::from_string(node.cluster_id.clone())))
         .with_controller_id(BrokerId(node.node_id))
         .with_topics(topics);

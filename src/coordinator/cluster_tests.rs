@@ -307,6 +307,12 @@ fn a_partitioned_leader_acknowledges_nothing_and_the_cluster_converges_after_hea
 
         let new = cluster.serving(Some(old)).await;
         assert_ne!(new, old);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while isolated.serving() {
+            assert!(tokio::time::Instant::now() < deadline, "the cut-off leader still serves");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(isolated.leader(), None, "a cut-off leader does not name itself coordinator");
         for p in 0..4 {
             assert_eq!(commit(&cluster.runner(new), p, 5_000 + p as i64).await, 0);
         }

@@ -53,6 +53,8 @@ const CHECKPOINT_BATCH: usize = 500;
 const MAX_RECORDS_PER_ENTRY: usize = 4096;
 /// How long a one-voter partition may take to elect itself and catch up at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a leader may go without hearing from a quorum before it stops serving.
+const QUORUM_LEASE: Duration = Duration::from_millis(1000);
 /// How long a write may wait to commit (Kafka's `offsets.commit.timeout.ms`); after that the
 /// request gets COORDINATOR_NOT_AVAILABLE (a leader cut off from its quorum never acknowledges).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -183,10 +185,16 @@ impl PartitionRunner {
         let has_voters = |m: &openraft::RaftMetrics<u64, BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
         let metrics = group.wait(Some(STARTUP_TIMEOUT)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
         let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+        let configured: Vec<u64> = raft.members.keys().copied().collect();
         if !voters.contains(&raft.node_id) {
             return Err(format!(
                 "its Raft group's voters are {voters:?}, which do not include node.id {}; this data directory belongs to another node",
                 raft.node_id
+            ));
+        }
+        if voters != configured {
+            return Err(format!(
+                "its Raft group's voters are {voters:?} but cluster.nodes lists {configured:?}; changing the nodes of an existing cluster is not supported"
             ));
         }
         let _ = runner.raft.set(group);
@@ -213,32 +221,43 @@ impl PartitionRunner {
 
     /// Follows the Raft group's leadership: serves once this node leads and has applied every
     /// entry it had at election (the state is then complete), stops serving when it no longer
-    /// leads. Ends when the group shuts down.
+    /// leads, or when it has heard from no quorum for [`QUORUM_LEASE`] (a leader cut off from
+    /// the others: clients must look elsewhere, where a new leader is being elected). Ends when
+    /// the group shuts down.
     async fn follow_leadership(self: Rc<Self>) {
         let Some(raft) = self.raft.get().cloned() else { return };
         let mut metrics = raft.metrics();
-        // The log's last index when this node was first seen leading in this term.
-        let mut catch_up: Option<(u64, Option<u64>)> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The log's last index when this node was first seen leading (with a quorum).
+        let mut catch_up: Option<Option<u64>> = None;
+        let mut quorum_seen = tokio::time::Instant::now();
         loop {
-            let (leading, term, last_log, applied) = {
+            let (leading, last_log, applied, solo) = {
                 let m = metrics.borrow_and_update();
                 self.leader.set(m.current_leader);
+                if let Some(ms) = m.millis_since_quorum_ack {
+                    quorum_seen = tokio::time::Instant::now() - Duration::from_millis(ms);
+                }
+                let solo = m.membership_config.membership().voter_ids().count() == 1;
                 let leading = m.state == ServerState::Leader && m.current_leader == Some(self.node_id);
-                (leading, m.current_term, m.last_log_index, m.last_applied.map(|l| l.index))
+                (leading, m.last_log_index, m.last_applied.map(|l| l.index), solo)
             };
-            if !leading {
+            let has_quorum = solo || quorum_seen.elapsed() < QUORUM_LEASE;
+            if !(leading && has_quorum) {
                 catch_up = None;
                 if self.serving.get() {
-                    self.step_down();
+                    self.step_down(if leading { "no quorum reached" } else { "another node leads" });
                 }
             } else if !self.serving.get() {
-                let (_, target) = *catch_up.get_or_insert((term, last_log));
+                let target = *catch_up.get_or_insert(last_log);
                 if applied >= target {
                     self.take_over(target);
                 }
             }
-            if metrics.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { return },
+                _ = tick.tick(), if leading && !solo => {}
             }
         }
     }
@@ -257,7 +276,7 @@ impl PartitionRunner {
     /// Stops serving: pending requests are dropped, timers cancelled, and the state is rebuilt
     /// from the partition's log (what was applied), since it may hold records that never
     /// committed. Entries applied from now on are replayed.
-    fn step_down(&self) {
+    fn step_down(&self, why: &'static str) {
         self.serving.set(false);
         self.serving_changed.notify_waiters();
         self.local_from.set(u64::MAX);
@@ -274,12 +293,13 @@ impl PartitionRunner {
             Ok(_) => *self.state.borrow_mut() = fresh,
             Err(e) => tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log"),
         }
-        tracing::info!(partition = self.index, leader = ?self.leader.get(), "coordinator partition stopped serving (another node leads)");
+        tracing::info!(partition = self.index, leader = ?self.leader.get(), why, "coordinator partition stopped serving");
     }
 
-    /// The node that leads this partition's Raft group, as last seen.
+    /// The node that leads this partition's Raft group, as last seen; `None` while there is none,
+    /// or while this node thinks it leads but does not serve (catching up, or cut off).
     pub fn leader(&self) -> Option<u64> {
-        self.leader.get()
+        self.leader.get().filter(|&id| id != self.node_id || self.serving.get())
     }
 
     /// The partition's Raft group, once started.

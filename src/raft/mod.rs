@@ -22,11 +22,12 @@
 //!   appends share one fsync) and torn-tail recovery.
 //! - `entry_codec`: the binary format of log records and of the small vote / committed / purged
 //!   files beside them.
-//! - [`network`]: how groups reach their peers. A node today is a one-voter cluster, so the only
-//!   network is [`network::SoloNetwork`], which has no peers to reach.
+//! - [`network`]: the network of a single node's one-voter groups, which has no peers to reach.
+//! - [`transport`]: the network of a cluster: every group's RPCs to one peer share one TCP
+//!   connection, and peers' requests are run on the shard that owns their group.
 //!
-//! The coordinator's state machine is `crate::coordinator::replicated`. Multi-node clusters (the
-//! multiplexed peer network, the inbound RPC endpoint) and the metadata group are not built yet.
+//! The coordinator's state machine is `crate::coordinator::replicated`. The metadata group is not
+//! built yet: topics are kept by each node on its own.
 //!
 //! # Runtime
 //!
@@ -38,6 +39,7 @@
 mod entry_codec;
 pub mod log_store;
 pub mod network;
+pub mod transport;
 
 use bytes::Bytes;
 
@@ -119,7 +121,7 @@ pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openr
 /// The application data of a log entry: an opaque payload. The coordinator puts encoded
 /// `__consumer_offsets` record batches in it; the log store stores and returns the bytes as they
 /// are and never looks inside.
-#[derive(Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     payload: Bytes,
 }

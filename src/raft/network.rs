@@ -1,9 +1,9 @@
 //! The network between a Raft group's members.
 //!
-//! A corral node today is a one-voter cluster: every group has this node as its only voter, so
+//! A single node is a one-voter cluster: every group has this node as its only voter, so
 //! openraft never sends it an RPC. [`SoloNetwork`] answers any RPC it is asked to send with
-//! "unreachable", which is what a peer that does not exist is. Clusters of several nodes need a
-//! network that reaches them (one multiplexed connection per node pair); that is not built yet.
+//! "unreachable", which is what a peer that does not exist is. Clusters use
+//! [`super::transport`].
 
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};

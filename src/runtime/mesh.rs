@@ -84,6 +84,16 @@ impl Mesh {
         if to == from.id {
             return Ok(f(from.clone()).await);
         }
+        self.run_on(to, f).await
+    }
+
+    /// Runs `f` on shard `to` from a thread that is not a shard (the Raft network thread).
+    pub async fn run_on<T, F, Fut>(&self, to: ShardId, f: F) -> Result<T, ShardStopped>
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |shard| {
             let fut = f(shard.clone());

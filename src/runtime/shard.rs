@@ -1,17 +1,20 @@
 //! A shard: one OS thread, one single-threaded tokio runtime, and the state it owns.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::LocalBoxFuture;
+use openraft::BasicNode;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::mesh::{self, Job, ShardId};
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
+use crate::raft::network::SoloNetwork;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::storage::{Partition, PartitionLog};
@@ -99,12 +102,20 @@ impl Shard {
         Ok(())
     }
 
-    /// Starts the coordinator partitions this shard owns (their logs are open already), all at
-    /// once: each waits for its Raft group to elect this node.
+    /// Starts the coordinator partitions this shard owns (their logs are open already). On a
+    /// single node each is a one-voter Raft group and this waits until all serve; in a cluster
+    /// each group has every node as a voter, and a partition serves whenever this node leads it.
     async fn start_coordinators(&self) -> Result<(), String> {
         let node = &self.node;
         let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
-        let raft_config = crate::raft::coordinator_config(true).map_err(|e| format!("Raft config: {e}"))?;
+        let me = node.node_id as u64;
+        let cluster = &node.config.cluster;
+        let members: BTreeMap<u64, BasicNode> = if cluster.is_multi_node() {
+            cluster.nodes.iter().map(|n| (n.id as u64, BasicNode::new(n.raft.clone()))).collect()
+        } else {
+            BTreeMap::from([(me, BasicNode::new(format!("{}:{}", node.advertised.0, node.advertised.1)))])
+        };
+        let voters: Vec<u64> = members.keys().copied().collect();
         let mut starting = Vec::new();
         for (index, meta) in topic.partitions.iter().enumerate() {
             if meta.shard != self.id {
@@ -112,18 +123,19 @@ impl Shard {
             }
             let index = index as i32;
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
-            let address = format!("{}:{}", node.advertised.0, node.advertised.1);
-            let raft = RaftSettings::solo(node.coordinator_raft_dir(index), node.node_id as u64, address, raft_config.clone());
-            let runner = PartitionRunner::start(
-                index,
-                log,
-                node.config.group_config(),
-                node.config.consumer_group_config(),
-                node.config.groups.offsets_retention_check_interval_ms,
-                raft,
-                crate::raft::network::SoloNetwork,
-            );
-            starting.push(async move { runner.await.map_err(|e| format!("coordinator partition {index}: {e}")) });
+            let preferred_leader = voters[index as usize % voters.len()];
+            let config = crate::raft::coordinator_config(preferred_leader == me).map_err(|e| format!("Raft config: {e}"))?;
+            let raft = RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
+            let groups = node.config.group_config();
+            let consumer = node.config.consumer_group_config();
+            let expiration = node.config.groups.offsets_retention_check_interval_ms;
+            let started: LocalBoxFuture<'_, Result<Rc<PartitionRunner>, String>> = if cluster.is_multi_node() {
+                let network = node.peers.network(index as u32);
+                Box::pin(PartitionRunner::start(index, log, groups, consumer, expiration, raft, network))
+            } else {
+                Box::pin(PartitionRunner::start(index, log, groups, consumer, expiration, raft, SoloNetwork))
+            };
+            starting.push(async move { started.await.map_err(|e| format!("coordinator partition {index}: {e}")) });
         }
         for runner in futures_util::future::join_all(starting).await {
             let runner = runner?;
