@@ -64,7 +64,7 @@ async fn answer(shard: &Rc<Shard>, key_type: i8, key: StrBytes) -> Coordinator {
         _ => return refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
     }
     let node = &shard.node;
-    let leader = groups::leader_of(shard, &key).await.and_then(|id| i32::try_from(id).ok());
+    let leader = groups::coordinator_of(shard, &key).await.and_then(|id| i32::try_from(id).ok());
     match leader.and_then(|id| node.brokers.get(&id).map(|addr| (id, addr))) {
         Some((id, (host, port))) => Coordinator::default()
             .with_key(key.clone())

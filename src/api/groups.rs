@@ -27,13 +27,14 @@ where
         .await
 }
 
-/// The node leading the Raft group of `group_id`'s coordinator partition, as its owner shard last
-/// saw it (`None` while there is no leader).
-pub(crate) async fn leader_of(shard: &Rc<Shard>, group_id: &str) -> Option<u64> {
+/// The node to name as `group_id`'s coordinator: the leader of its coordinator partition's Raft
+/// group as the owner shard last saw it (`None` while there is no leader; see
+/// [`PartitionRunner::coordinator_hint`]).
+pub(crate) async fn coordinator_of(shard: &Rc<Shard>, group_id: &str) -> Option<u64> {
     let node = &shard.node;
     let partition = partition_for(group_id, node.config.groups.offsets_partitions);
     let owner = *node.coordinator_shards.get(partition as usize)?;
-    let leader = node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).and_then(|r| r.leader()));
+    let leader = node.mesh.call(shard, owner, move |owner| owner.coordinator(partition).and_then(|r| r.coordinator_hint()));
     leader.await.await.ok().flatten()
 }
 

@@ -104,6 +104,10 @@ pub struct PartitionRunner {
     serving_changed: Notify,
     /// The group's leader as last seen (for FindCoordinator).
     leader: Cell<Option<u64>>,
+    /// This node leads the group but has heard from no quorum lately: it is cut off.
+    cut_off: Cell<bool>,
+    /// The group's voters, in id order.
+    voters: RefCell<Vec<u64>>,
     waiting: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
     next_token: Cell<Token>,
     timers: RefCell<BinaryHeap<Reverse<(i64, u64)>>>,
@@ -155,6 +159,8 @@ impl PartitionRunner {
             serving: Cell::new(false),
             serving_changed: Notify::new(),
             leader: Cell::new(None),
+            cut_off: Cell::new(false),
+            voters: RefCell::new(raft.members.keys().copied().collect()),
             waiting: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             timers: RefCell::new(BinaryHeap::new()),
@@ -244,6 +250,7 @@ impl PartitionRunner {
                 (leading, m.last_log_index, m.last_applied.map(|l| l.index), solo)
             };
             let has_quorum = solo || quorum_seen.elapsed() < QUORUM_LEASE;
+            self.cut_off.set(leading && !has_quorum);
             if !(leading && has_quorum) {
                 catch_up = None;
                 if self.serving.get() {
@@ -300,6 +307,19 @@ impl PartitionRunner {
     /// or while this node thinks it leads but does not serve (catching up, or cut off).
     pub fn leader(&self) -> Option<u64> {
         self.leader.get().filter(|&id| id != self.node_id || self.serving.get())
+    }
+
+    /// The node FindCoordinator names: the leader; or, when this node is cut off from the others,
+    /// the voter with the lowest id among them. Clients keep asking the node they last used, so
+    /// naming no one would keep them asking this node for as long as it is cut off. A node named
+    /// wrongly answers NOT_COORDINATOR, and the client asks again, now of a node that knows the
+    /// new leader (librdkafka prefers the most recently used broker, the lower id on a tie). The
+    /// guess stays the same, so a client does not flap between nodes.
+    pub fn coordinator_hint(&self) -> Option<u64> {
+        if !self.cut_off.get() {
+            return self.leader();
+        }
+        self.voters.borrow().iter().copied().find(|&v| v != self.node_id)
     }
 
     /// The partition's Raft group, once started.

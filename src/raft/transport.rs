@@ -212,14 +212,20 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>) 
         failed_at = None;
         let _ = stream.set_nodelay(true);
         tracing::info!(peer = node, %addr, "raft-net: connected");
-        let reason = run_connection(node, stream, first, &mut rx).await;
+        let reason = run_connection(node, &addr, stream, first, &mut rx).await;
         tracing::info!(peer = node, %addr, %reason, "raft-net: connection closed");
     }
 }
 
 /// Sends requests and matches responses until the connection breaks; then fails every request
 /// still waiting. Returns why it ended.
-async fn run_connection(node: NodeId, stream: TcpStream, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> String {
+async fn run_connection(
+    node: NodeId,
+    addr: &str,
+    stream: TcpStream,
+    first: Outgoing,
+    rx: &mut mpsc::Receiver<Outgoing>,
+) -> String {
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, codec());
     let mut writer = FramedWrite::new(write, codec());
@@ -263,7 +269,7 @@ async fn run_connection(node: NodeId, stream: TcpStream, first: Outgoing, rx: &m
         }
     };
     for (_, reply) in pending.drain() {
-        let _ = reply.send(Err(LinkError::Unreachable { node, addr: String::new(), reason: reason.clone() }));
+        let _ = reply.send(Err(LinkError::Unreachable { node, addr: addr.to_string(), reason: reason.clone() }));
     }
     reason
 }

@@ -144,7 +144,7 @@ class CorralServer:
             log.write(f"==== e2e: start #{self.starts}: {' '.join(args)}\n".encode())
             log.flush()
             env = dict(os.environ)
-            env.setdefault("CORRAL_LOG", "info")
+            env.setdefault("CORRAL_LOG", "info,openraft=warn")
             env["NO_COLOR"] = "1"
             self.proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env

@@ -1,0 +1,267 @@
+"""A corral cluster on loopback for end-to-end tests: N `corral serve` processes with static
+`[cluster] nodes`, and a fault-injecting relay on every directed link between two nodes' Raft
+listeners, so a test can cut a node off from the others while clients still reach it.
+
+Node i's config names node j's Raft address as the relay (i→j), which forwards to node j's real
+Raft listener. Cutting node k closes every relay into or out of k and refuses new connections
+until healed.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+from conftest import CorralServer
+from groupwire import find_coordinator_v1, parse_find_coordinator_v1
+from kafkawire import Conn
+
+
+class Relay:
+    """A TCP relay from a local port to `target`, which can be cut (connections closed, new ones
+    refused) and healed."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.cut = False
+        self.closed = False
+        self.lock = threading.Lock()
+        self.live: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if self.cut:
+                    client.close()
+                    continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.live += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def set_cut(self, cut: bool) -> None:
+        with self.lock:
+            self.cut = cut
+            doomed, self.live = (self.live, []) if cut else ([], self.live)
+        for s in doomed:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.set_cut(True)
+        self.listener.close()
+
+
+class Cluster:
+    """`size` nodes (ids 0..size-1), started by `start()`; servers are made by `corral_factory`
+    (so teardown stops them by PID and their logs join a failed test's report)."""
+
+    def __init__(self, corral_factory, size: int = 3, extra_config: str = ""):
+        self.size = size
+        # Hold the chosen ports until the relays have bound theirs, so no two coincide.
+        held = []
+        for _ in range(3 * size):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+        ports = [s.getsockname()[1] for s in held]
+        self.kafka, self.admin, self.raft = ports[:size], ports[size : 2 * size], ports[2 * size :]
+        self.relays = {(i, j): Relay(("127.0.0.1", self.raft[j])) for i in range(size) for j in range(size) if i != j}
+        for s in held:
+            s.close()
+        self.nodes: list[CorralServer] = []
+        for i in range(size):
+            server = corral_factory(config=self._config(i, extra_config), start=False, name=f"node{i}")
+            server.kafka_port, server.admin_port = self.kafka[i], self.admin[i]
+            self.nodes.append(server)
+
+    def _config(self, i: int, extra: str) -> str:
+        def raft_addr(j: int) -> str:
+            return f"127.0.0.1:{self.raft[j] if j == i else self.relays[(i, j)].port}"
+
+        nodes = ",\n".join(
+            f'  {{ id = {j}, raft = "{raft_addr(j)}", kafka = "127.0.0.1:{self.kafka[j]}" }}' for j in range(self.size)
+        )
+        return f"""[node]
+id = {i}
+[cluster]
+raft_listen = "127.0.0.1:{self.raft[i]}"
+nodes = [
+{nodes}
+]
+{extra}"""
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka)
+
+    def start(self) -> "Cluster":
+        # Nodes do not wait for each other at startup, so starting them one by one is fine.
+        for node in self.nodes:
+            node.start()
+        return self
+
+    def cut(self, k: int, cut: bool = True) -> None:
+        for (i, j), relay in self.relays.items():
+            if k in (i, j):
+                relay.set_cut(cut)
+
+    def heal(self) -> None:
+        for relay in self.relays.values():
+            relay.set_cut(False)
+
+    def close(self) -> None:
+        for relay in self.relays.values():
+            relay.close()
+
+    def coordinator_as_seen_by(self, i: int, group: str) -> tuple[int, int]:
+        """(error code, node id) of FindCoordinator for `group`, asked of node i alone."""
+        conn = Conn(f"127.0.0.1:{self.kafka[i]}")
+        try:
+            conn.send(find_coordinator_v1(1, group))
+            _, error, node, _, _ = parse_find_coordinator_v1(conn.recv_frame())
+            return error, node
+        finally:
+            conn.close()
+
+    def coordinator(self, group: str, among: list[int] | None = None, other_than: int | None = None, timeout: float = 30.0) -> int:
+        """The node every node in `among` names as the group's coordinator (waiting until they
+        agree, and until it is not `other_than`)."""
+        among = list(range(self.size)) if among is None else among
+        deadline = time.monotonic() + timeout
+        while True:
+            answers = {i: self.coordinator_as_seen_by(i, group) for i in among}
+            nodes = {node for error, node in answers.values() if error == 0}
+            if len(nodes) == 1 and all(error == 0 for error, _ in answers.values()) and other_than not in nodes:
+                return nodes.pop()
+            assert time.monotonic() < deadline, f"no agreed coordinator for {group}: {answers}"
+            time.sleep(0.05)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+
+
+def _records(batches: bytes):
+    """(offset, key, value) of every record in uncompressed v2 batches."""
+    pos = 0
+    while pos + 61 <= len(batches):
+        base, length = struct.unpack(">qi", batches[pos : pos + 12])
+        end = pos + 12 + length
+        if end > len(batches):
+            return
+        (count,) = struct.unpack(">i", batches[pos + 57 : pos + 61])
+        r = pos + 61
+        for _ in range(count):
+            _, r = _varint(batches, r)  # record length
+            r += 1  # attributes
+            _, r = _varint(batches, r)  # timestamp delta (a varlong; small here)
+            delta, r = _varint(batches, r)
+            klen, r = _varint(batches, r)
+            key = None if klen < 0 else batches[r : r + klen]
+            r += max(klen, 0)
+            vlen, r = _varint(batches, r)
+            value = None if vlen < 0 else batches[r : r + vlen]
+            r += max(vlen, 0)
+            headers, r = _varint(batches, r)
+            for _ in range(headers):
+                hk, r = _varint(batches, r)
+                r += hk
+                hv, r = _varint(batches, r)
+                r += max(hv, 0)
+            yield base + delta, key, value
+        pos = end
+
+
+def read_offset_commits(bootstrap: str, partition: int) -> dict[tuple[str, str, int], int]:
+    """The latest committed offset per (group, topic, partition) in one partition of one node's
+    own `__consumer_offsets` (asked of that node alone, by raw Fetch; offset key v0/v1 and value
+    v0–v4, as Kafka lays them out)."""
+    from kafkawire import fetch_v4, parse_fetch_v4
+
+    latest: dict[tuple[str, str, int], int] = {}
+    conn = Conn(bootstrap)
+    try:
+        offset, corr = 0, 0
+        while True:
+            corr += 1
+            conn.send(fetch_v4(corr, "__consumer_offsets", partition, offset, max_wait_ms=0))
+            _, parts = parse_fetch_v4(conn.recv_frame())
+            error, high, records = parts[("__consumer_offsets", partition)]
+            assert error == 0, f"fetch of __consumer_offsets-{partition} failed with error {error}"
+            progressed = False
+            for at, key, value in _records(records or b""):
+                if at < offset:
+                    continue
+                offset, progressed = at + 1, True
+                if key is None or struct.unpack(">h", key[:2])[0] not in (0, 1):
+                    continue
+                pos, names = 2, []
+                for _ in range(2):
+                    (n,) = struct.unpack(">h", key[pos : pos + 2])
+                    names.append(key[pos + 2 : pos + 2 + n].decode())
+                    pos += 2 + n
+                k = (names[0], names[1], struct.unpack(">i", key[pos : pos + 4])[0])
+                if value is None:
+                    latest.pop(k, None)
+                else:
+                    latest[k] = struct.unpack(">q", value[2:10])[0]
+            if offset >= high or not progressed:
+                return latest
+    finally:
+        conn.close()
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """Kafka's coordinator partition of a group: abs(Java hashCode) % partitions."""
+    h = 0
+    data = group.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (h * 31 + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return 0 if h == -(1 << 31) else abs(h) % partitions
