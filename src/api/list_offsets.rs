@@ -201,8 +201,11 @@ fn array_len(buf: &mut Bytes) -> anyhow::Result<i32> {
 /// ListOffsets v0's response: topics `[name, partitions [partition_index, error_code,
 /// old_style_offsets [int64]]]`.
 struct ResponseV0 {
-    topics: Vec<(TopicName, Vec<(i32, i16, Option<i64>)>)>,
+    topics: Vec<(TopicName, Vec<PartitionV0>)>,
 }
+
+/// `(partition_index, error_code, the one old-style offset if any)`.
+type PartitionV0 = (i32, i16, Option<i64>);
 
 impl ResponseV0 {
     /// The v1 answer in v0's form: its offset, unless there is none or the client asked for none.

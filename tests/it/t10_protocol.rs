@@ -185,7 +185,8 @@ fn list_offsets_v0_answers_with_old_style_offsets() {
     assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
 
     // replica_id -1; topics [name, partitions [partition, timestamp, max_num_offsets]].
-    let queries: &[(&str, &[(i32, i64, i32)])] = &[
+    type Query<'a> = (&'a str, &'a [(i32, i64, i32)]);
+    let queries: &[Query<'_>] = &[
         (
             "legacy",
             &[
