@@ -107,7 +107,7 @@ pub struct PartitionRunner {
     /// This node leads the group but has heard from no quorum lately: it is cut off.
     cut_off: Cell<bool>,
     /// The group's voters, in id order.
-    voters: RefCell<Vec<u64>>,
+    voters: Vec<u64>,
     waiting: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
     next_token: Cell<Token>,
     timers: RefCell<BinaryHeap<Reverse<(i64, u64)>>>,
@@ -160,7 +160,7 @@ impl PartitionRunner {
             serving_changed: Notify::new(),
             leader: Cell::new(None),
             cut_off: Cell::new(false),
-            voters: RefCell::new(raft.members.keys().copied().collect()),
+            voters: raft.members.keys().copied().collect(),
             waiting: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
             timers: RefCell::new(BinaryHeap::new()),
@@ -185,7 +185,7 @@ impl PartitionRunner {
             // preferred leader then stands for election at once.
             group.initialize(raft.members.clone()).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
             if raft.preferred_leader == raft.node_id && raft.members.len() > 1 {
-                group.trigger().elect().await.map_err(fatal)?;
+                tokio::task::spawn_local(stand_for_election(group.clone()));
             }
         }
         let has_voters = |m: &openraft::RaftMetrics<u64, BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
@@ -319,7 +319,7 @@ impl PartitionRunner {
         if !self.cut_off.get() {
             return self.leader();
         }
-        self.voters.borrow().iter().copied().find(|&v| v != self.node_id)
+        self.voters.iter().copied().find(|&v| v != self.node_id)
     }
 
     /// The partition's Raft group, once started.
@@ -609,6 +609,20 @@ impl PartitionRunner {
 
     pub fn group_count(&self) -> usize {
         self.state.borrow().groups.len()
+    }
+}
+
+/// A new group's preferred leader asks for votes until some node leads: the other nodes may not
+/// be up yet when it first tries, and it should win before their own timers fire.
+async fn stand_for_election(raft: Raft) {
+    for _ in 0..100 {
+        if raft.metrics().borrow().current_leader.is_some() {
+            return;
+        }
+        if raft.trigger().elect().await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -106,7 +106,9 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
 /// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
 /// records.
 pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    let (election_timeout_min, election_timeout_max) = if preferred_leader { (300, 600) } else { (700, 1400) };
+    // A voter refuses to elect anyone while it heard from a leader within its own maximum, so
+    // after a leader dies a new one is elected after about max + min of the others' range.
+    let (election_timeout_min, election_timeout_max) = if preferred_leader { (300, 600) } else { (450, 900) };
     let config = openraft::Config {
         cluster_name: "corral-coordinator".into(),
         heartbeat_interval: 100,

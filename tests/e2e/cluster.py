@@ -1,6 +1,7 @@
 """A corral cluster on loopback for end-to-end tests: N `corral serve` processes with static
-`[cluster] nodes`, and a fault-injecting relay on every directed link between two nodes' Raft
-listeners, so a test can cut a node off from the others while clients still reach it.
+`[cluster] nodes`, and (unless `relays=False`) a fault-injecting relay on every directed link
+between two nodes' Raft listeners, so a test can cut a node off from the others while clients
+still reach it.
 
 Node i's config names node j's Raft address as the relay (i→j), which forwards to node j's real
 Raft listener. Cutting node k closes every relay into or out of k and refuses new connections
@@ -93,7 +94,7 @@ class Cluster:
     """`size` nodes (ids 0..size-1), started by `start()`; servers are made by `corral_factory`
     (so teardown stops them by PID and their logs join a failed test's report)."""
 
-    def __init__(self, corral_factory, size: int = 3, extra_config: str = ""):
+    def __init__(self, corral_factory, size: int = 3, extra_config: str = "", relays: bool = True):
         self.size = size
         # Hold the chosen ports until the relays have bound theirs, so no two coincide.
         held = []
@@ -103,7 +104,8 @@ class Cluster:
             held.append(s)
         ports = [s.getsockname()[1] for s in held]
         self.kafka, self.admin, self.raft = ports[:size], ports[size : 2 * size], ports[2 * size :]
-        self.relays = {(i, j): Relay(("127.0.0.1", self.raft[j])) for i in range(size) for j in range(size) if i != j}
+        pairs = [(i, j) for i in range(size) for j in range(size) if i != j] if relays else []
+        self.relays = {(i, j): Relay(("127.0.0.1", self.raft[j])) for i, j in pairs}
         for s in held:
             s.close()
         self.nodes: list[CorralServer] = []
@@ -114,7 +116,8 @@ class Cluster:
 
     def _config(self, i: int, extra: str) -> str:
         def raft_addr(j: int) -> str:
-            return f"127.0.0.1:{self.raft[j] if j == i else self.relays[(i, j)].port}"
+            relay = self.relays.get((i, j))
+            return f"127.0.0.1:{relay.port if relay else self.raft[j]}"
 
         nodes = ",\n".join(
             f'  {{ id = {j}, raft = "{raft_addr(j)}", kafka = "127.0.0.1:{self.kafka[j]}" }}' for j in range(self.size)

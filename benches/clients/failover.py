@@ -1,0 +1,187 @@
+"""Coordinator failover and replicated commit latency on a 3-node corral cluster on loopback.
+
+    python benches/clients/failover.py [--binary target/release/corral] [--trials 20] [--json PATH]
+
+Starts three `corral serve` processes with static `[cluster] nodes` (default timeouts), then:
+
+- commit latency: one simple-group committer sends OffsetCommit (one partition) to the group's
+  coordinator, one at a time, for a few seconds; p50/p99 against one single node measured the
+  same way in the same run (a commit on a cluster is acknowledged once two of three nodes have
+  fsynced it);
+- failover, `--trials` times: commit once, kill -9 the group's coordinator, then ask the live
+  nodes FindCoordinator and commit to the node named, every 10 ms, until a commit is
+  acknowledged. The time from the kill to that acknowledgement is one trial. The killed node is
+  restarted (and the cluster agrees on a coordinator again) before the next trial.
+
+The cluster harness is the end-to-end tests' (tests/e2e/cluster.py), without its relays: the
+nodes' Raft links are direct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+from cluster import Cluster  # noqa: E402
+from conftest import CorralServer  # noqa: E402
+from groupwire import find_coordinator_v1, offset_commit_v2, parse_find_coordinator_v1, parse_offset_commit_v2  # noqa: E402
+from kafkawire import Conn  # noqa: E402
+
+TOPIC = "bench-failover"
+
+
+def commit_once(port: int, group: str, offset: int, timeout: float = 5.0) -> int:
+    conn = Conn(f"127.0.0.1:{port}", timeout=timeout)
+    try:
+        conn.send(offset_commit_v2(1, group, -1, "", {(TOPIC, 0): offset}))
+        _, codes = parse_offset_commit_v2(conn.recv_frame())
+        return codes[(TOPIC, 0)]
+    finally:
+        conn.close()
+
+
+def find(port: int, group: str) -> tuple[int, int]:
+    conn = Conn(f"127.0.0.1:{port}", timeout=2.0)
+    try:
+        conn.send(find_coordinator_v1(1, group))
+        _, error, node, _, _ = parse_find_coordinator_v1(conn.recv_frame())
+        return error, node
+    finally:
+        conn.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def commit_latency(port: int, group: str, seconds: float) -> dict:
+    """One committer on one connection, one commit in flight."""
+    conn = Conn(f"127.0.0.1:{port}", timeout=10)
+    latencies = []
+    try:
+        deadline = time.monotonic() + seconds
+        offset = 0
+        while time.monotonic() < deadline:
+            offset += 1
+            started = time.perf_counter()
+            conn.send(offset_commit_v2(offset, group, -1, "", {(TOPIC, 0): offset}))
+            _, codes = parse_offset_commit_v2(conn.recv_frame())
+            latencies.append((time.perf_counter() - started) * 1000)
+            assert codes[(TOPIC, 0)] == 0, codes
+    finally:
+        conn.close()
+    return {
+        "commits": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.5), 3),
+        "p99_ms": round(percentile(latencies, 0.99), 3),
+        "commits_per_sec": round(len(latencies) / seconds),
+    }
+
+
+class Factory:
+    """Makes CorralServer processes in a work directory, as the tests' fixture does."""
+
+    def __init__(self, binary: Path, workdir: Path):
+        self.binary, self.workdir, self.servers = binary, workdir, []
+
+    def __call__(self, config=None, start=True, name=None, extra_args=None) -> CorralServer:
+        server = CorralServer(self.binary, self.workdir / (name or f"server{len(self.servers)}"), config=config, extra_args=extra_args)
+        self.servers.append(server)
+        if start:
+            server.start()
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers:
+            if server.alive():
+                server.kill9()
+
+
+def create_topic(port: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    for future in admin.create_topics([NewTopic(TOPIC, 1)]).values():
+        future.result(30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", type=Path, default=REPO / "target" / "release" / "corral")
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="corral-failover-"))
+    factory = Factory(args.binary, workdir)
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "trials": args.trials}
+    try:
+        single = factory(name="single")
+        create_topic(single.kafka_port)
+        report["single_node_commit"] = commit_latency(single.kafka_port, "bench-latency", args.latency_seconds)
+        single.stop()
+
+        cluster = Cluster(factory, size=3, relays=False).start()
+        for port in cluster.kafka:
+            create_topic(port)
+        leader = cluster.coordinator("bench-latency")
+        report["cluster_commit"] = commit_latency(cluster.kafka[leader], "bench-latency", args.latency_seconds)
+        print(f"commit latency, one committer: single node p50 {report['single_node_commit']['p50_ms']} ms "
+              f"p99 {report['single_node_commit']['p99_ms']} ms; 3 nodes p50 {report['cluster_commit']['p50_ms']} ms "
+              f"p99 {report['cluster_commit']['p99_ms']} ms")
+
+        failovers = []
+        for trial in range(args.trials):
+            group = f"bench-failover-{trial}"
+            coordinator = cluster.coordinator(group)
+            assert commit_once(cluster.kafka[coordinator], group, 1) == 0
+            cluster.nodes[coordinator].kill9()
+            killed = time.monotonic()
+            live = [i for i in range(cluster.size) if i != coordinator]
+            while True:
+                assert time.monotonic() - killed < 60, f"trial {trial}: no commit acknowledged within 60 s"
+                try:
+                    named = {find(cluster.kafka[i], group) for i in live}
+                    target = next(node for error, node in named if error == 0 and node in live)
+                    if commit_once(cluster.kafka[target], group, 2, timeout=2.0) == 0:
+                        break
+                except (StopIteration, OSError, AssertionError):
+                    pass
+                time.sleep(0.01)
+            failover = time.monotonic() - killed
+            failovers.append(failover)
+            print(f"trial {trial + 1}/{args.trials}: node {coordinator} killed, commit acknowledged after {failover:.3f} s")
+            cluster.nodes[coordinator].start()
+            cluster.coordinator(group)
+        report["failover_s"] = {
+            "min": round(min(failovers), 3),
+            "p50": round(statistics.median(failovers), 3),
+            "p90": round(percentile(failovers, 0.9), 3),
+            "max": round(max(failovers), 3),
+            "all": [round(f, 3) for f in failovers],
+        }
+        f = report["failover_s"]
+        print(f"failover from kill -9 to the first acknowledged commit, {args.trials} trials: "
+              f"min {f['min']} s, p50 {f['p50']} s, p90 {f['p90']} s, max {f['max']} s (target < 3 s)")
+        cluster.close()
+    finally:
+        factory.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
