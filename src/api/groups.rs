@@ -9,9 +9,10 @@ use crate::coordinator::partition_for;
 use crate::coordinator::shell::PartitionRunner;
 use crate::runtime::{Reply, Shard, ShardStopped};
 
-/// Enqueues `f` on the shard that coordinates `group_id`, in request order; the returned reply
-/// is `None` when no serving coordinator partition is hosted there (NOT_COORDINATOR).
-pub(crate) async fn call<T, F>(shard: &Rc<Shard>, group_id: &str, f: F) -> Reply<Option<T>>
+/// Enqueues `f` on the shard that coordinates `group_id`, in request order. The reply is `None`
+/// when no coordinator partition is hosted there, and the partition's error when it does not
+/// serve (NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while a new leader catches up).
+pub(crate) async fn call<T, F>(shard: &Rc<Shard>, group_id: &str, f: F) -> Reply<Option<Result<T, ResponseError>>>
 where
     F: FnOnce(&Rc<Shard>, &Rc<PartitionRunner>) -> T + Send + 'static,
     T: Send + Unpin + 'static,
@@ -21,9 +22,10 @@ where
     let Some(&owner) = node.coordinator_shards.get(partition as usize) else {
         return Reply::Ready(Some(None));
     };
-    // A partition that is not serving (its Raft group is shutting down) is not the coordinator.
     node.mesh
-        .call(shard, owner, move |owner| owner.coordinator(partition).filter(|r| r.serving()).map(|runner| f(owner, &runner)))
+        .call(shard, owner, move |owner| {
+            owner.coordinator(partition).map(|runner| runner.availability().map(|()| f(owner, &runner)))
+        })
         .await
 }
 
@@ -39,9 +41,9 @@ pub(crate) async fn coordinator_of(shard: &Rc<Shard>, group_id: &str) -> Option<
 }
 
 /// Resolves a reply to a value or the coordinator-level error (spec §1.4).
-pub(crate) fn resolve<T>(outcome: Result<Option<T>, ShardStopped>) -> Result<T, ResponseError> {
+pub(crate) fn resolve<T>(outcome: Result<Option<Result<T, ResponseError>>, ShardStopped>) -> Result<T, ResponseError> {
     match outcome {
-        Ok(Some(value)) => Ok(value),
+        Ok(Some(value)) => value,
         Ok(None) => Err(ResponseError::NotCoordinator),
         Err(_) => Err(ResponseError::CoordinatorNotAvailable),
     }

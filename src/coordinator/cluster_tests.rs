@@ -99,6 +99,8 @@ struct Cluster {
     tmp: TempDir,
     router: Rc<Router>,
     runners: RefCell<BTreeMap<NodeId, Rc<PartitionRunner>>>,
+    /// openraft's `max_in_snapshot_log_to_keep` (0: a snapshot purges the whole log).
+    keep_after_snapshot: u64,
 }
 
 /// The preferred leader: node 1.
@@ -106,7 +108,12 @@ const PREFERRED: NodeId = 1;
 
 impl Cluster {
     async fn start() -> Cluster {
-        let cluster = Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default() };
+        Cluster::start_keeping(1000).await
+    }
+
+    async fn start_keeping(keep_after_snapshot: u64) -> Cluster {
+        let cluster =
+            Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default(), keep_after_snapshot };
         for node in NODES {
             cluster.start_node(node).await;
         }
@@ -127,6 +134,11 @@ impl Cluster {
         let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
         let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
         let config = crate::raft::coordinator_config(node == PREFERRED).unwrap();
+        let config = Arc::new(
+            openraft::Config { max_in_snapshot_log_to_keep: self.keep_after_snapshot, ..config.as_ref().clone() }
+                .validate()
+                .unwrap(),
+        );
         let settings = RaftSettings { dir: dir.join("raft"), node_id: node, members, preferred_leader: PREFERRED, config };
         let net = Net { from: node, router: self.router.clone() };
         let runner = PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, settings, net)
@@ -321,5 +333,49 @@ fn a_partitioned_leader_acknowledges_nothing_and_the_cluster_converges_after_hea
         converged(&cluster, &NODES, &expected).await;
         assert!(!isolated.serving(), "the old leader follows after healing");
         assert_eq!(committed(&isolated, 0), Some(5_000), "the unacknowledged commit of 10000 is gone");
+    });
+}
+
+/// A node that was down while the leader snapshotted and purged its log catches up from the
+/// snapshot (installed into its partition and state), then from the entries after it.
+#[test]
+fn a_node_behind_a_purged_log_catches_up_from_a_snapshot() {
+    local(async {
+        let cluster = Cluster::start_keeping(0).await;
+        let leader = cluster.serving(None).await;
+        let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
+        let acked = RefCell::new(BTreeMap::new());
+        commit_streams(&cluster, 0..10, &acked).await;
+        cluster.kill(follower).await;
+        commit_streams(&cluster, 10..40, &acked).await;
+
+        let raft = cluster.runner(leader).raft().unwrap().clone();
+        let applied = raft.metrics().borrow().last_applied;
+        raft.trigger().snapshot().await.unwrap();
+        let wait = raft.wait(Some(Duration::from_secs(10)));
+        wait.snapshot(applied.unwrap(), "snapshot").await.unwrap();
+        wait.purged(applied, "purge").await.unwrap();
+        commit_streams(&cluster, 40..45, &acked).await;
+
+        cluster.start_node(follower).await;
+        let expected = acked.borrow().clone();
+        converged(&cluster, &NODES, &expected).await;
+        let installed = cluster.runner(follower).raft().unwrap().metrics().borrow().snapshot;
+        assert!(installed >= applied, "the follower caught up through the snapshot at {applied:?}, has {installed:?}");
+    });
+}
+
+/// The leader serves group requests; the other nodes answer NOT_COORDINATOR. (A newly elected
+/// leader answers COORDINATOR_LOAD_IN_PROGRESS until it has applied its log; that window is too
+/// short to catch here.)
+#[test]
+fn only_the_leader_serves() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let leader = cluster.serving(None).await;
+        assert_eq!(cluster.runner(leader).availability(), Ok(()));
+        for node in NODES.into_iter().filter(|&n| n != leader) {
+            assert_eq!(cluster.runner(node).availability(), Err(kafka_protocol::ResponseError::NotCoordinator));
+        }
     });
 }

@@ -322,6 +322,18 @@ impl PartitionRunner {
         self.voters.iter().copied().find(|&v| v != self.node_id)
     }
 
+    /// Whether group requests are served here: NOT_COORDINATOR where another node leads (or none
+    /// does), COORDINATOR_LOAD_IN_PROGRESS while this node, newly elected, catches up.
+    pub fn availability(&self) -> Result<(), ResponseError> {
+        if self.serving.get() {
+            Ok(())
+        } else if self.leader.get() == Some(self.node_id) && !self.cut_off.get() {
+            Err(ResponseError::CoordinatorLoadInProgress)
+        } else {
+            Err(ResponseError::NotCoordinator)
+        }
+    }
+
     /// The partition's Raft group, once started.
     pub fn raft(&self) -> Option<&Raft> {
         self.raft.get()
@@ -599,6 +611,7 @@ impl PartitionRunner {
     /// Stops the partition's Raft group (clean shutdown); waiting requests are dropped.
     pub async fn shutdown(&self) {
         self.serving.set(false);
+        self.leader.set(None);
         self.fail_waiters();
         if let Some(raft) = self.raft.get() {
             if let Err(e) = raft.shutdown().await {
