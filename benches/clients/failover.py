@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from cluster import Cluster  # noqa: E402
 from conftest import CorralServer  # noqa: E402
-from groupwire import find_coordinator_v1, offset_commit_v2, parse_find_coordinator_v1, parse_offset_commit_v2  # noqa: E402
+from groupwire import offset_commit_v2, parse_offset_commit_v2  # noqa: E402
 from kafkawire import Conn  # noqa: E402
 
 TOPIC = "bench-failover"
@@ -45,16 +45,6 @@ def commit_once(port: int, group: str, offset: int, timeout: float = 5.0) -> int
         conn.send(offset_commit_v2(1, group, -1, "", {(TOPIC, 0): offset}))
         _, codes = parse_offset_commit_v2(conn.recv_frame())
         return codes[(TOPIC, 0)]
-    finally:
-        conn.close()
-
-
-def find(port: int, group: str) -> tuple[int, int]:
-    conn = Conn(f"127.0.0.1:{port}", timeout=2.0)
-    try:
-        conn.send(find_coordinator_v1(1, group))
-        _, error, node, _, _ = parse_find_coordinator_v1(conn.recv_frame())
-        return error, node
     finally:
         conn.close()
 
@@ -152,7 +142,7 @@ def main() -> int:
             while True:
                 assert time.monotonic() - killed < 60, f"trial {trial}: no commit acknowledged within 60 s"
                 try:
-                    named = {find(cluster.kafka[i], group) for i in live}
+                    named = {cluster.coordinator_as_seen_by(i, group) for i in live}
                     target = next(node for error, node in named if error == 0 and node in live)
                     if commit_once(cluster.kafka[target], group, 2, timeout=2.0) == 0:
                         break

@@ -17,11 +17,10 @@ use openraft::raft::{
 use openraft::BasicNode;
 use tempfile::TempDir;
 
-use super::offsets::{CommitOffset, CommitRequest};
+use super::raft_test_support::{self as support, committed, local};
 use super::shell::{PartitionRunner, RaftSettings};
-use super::state::{GroupConfig, Response};
+use super::state::GroupConfig;
 use crate::raft::{Raft, TypeConfig};
-use crate::storage::{LogConfig, Partition, PartitionLog};
 
 type NodeId = u64;
 
@@ -122,16 +121,7 @@ impl Cluster {
 
     async fn start_node(&self, node: NodeId) {
         let dir = self.tmp.path().join(node.to_string());
-        let log_config = LogConfig {
-            segment_bytes: 1 << 20,
-            segment_ms: i64::MAX / 2,
-            retention_bytes: -1,
-            retention_ms: -1,
-            index_interval_bytes: 4096,
-            max_message_bytes: 1 << 20,
-        };
-        let (log, _) = PartitionLog::open(&dir.join("log"), log_config, false, crate::clock::now_ms()).unwrap();
-        let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
+        let partition = support::open_partition(&dir.join("log"));
         let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
         let config = crate::raft::coordinator_config(node == PREFERRED).unwrap();
         let config = Arc::new(
@@ -176,36 +166,7 @@ impl Cluster {
 
 /// Commits one offset of group "g", topic "t"; returns the partition's code.
 async fn commit(runner: &Rc<PartitionRunner>, partition: i32, offset: i64) -> i16 {
-    if !runner.serving() {
-        return kafka_protocol::ResponseError::NotCoordinator.code();
-    }
-    let (token, reply) = runner.waiter();
-    let request = CommitRequest {
-        group_id: "g".into(),
-        generation: -1,
-        member_id: String::new(),
-        instance_id: None,
-        version: 8,
-        retention_ms: -1,
-        offsets: vec![CommitOffset { topic: "t".into(), partition, offset, leader_epoch: -1, metadata: None }],
-    };
-    runner.with_state(|s, now| s.commit(now, request, token));
-    match reply.await {
-        Ok(Response::Commit(codes)) => codes[0],
-        Ok(other) => panic!("expected a commit reply, got {other:?}"),
-        // Dropped when the node stopped serving: the client hears NOT_COORDINATOR.
-        Err(_) => kafka_protocol::ResponseError::NotCoordinator.code(),
-    }
-}
-
-fn committed(runner: &PartitionRunner, partition: i32) -> Option<i64> {
-    let state = runner.state.borrow();
-    state.offsets.get("g")?.get(&("t".to_string(), partition)).map(|v| v.offset)
-}
-
-fn local<F: std::future::Future>(f: F) -> F::Output {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    tokio::task::LocalSet::new().block_on(&runtime, f)
+    support::commit(runner, &[(partition, offset)]).await[0]
 }
 
 /// Waits until every listed node holds `expected` offsets (followers apply after the leader).

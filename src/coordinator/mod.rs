@@ -32,6 +32,8 @@ mod cluster_tests;
 #[cfg(test)]
 mod consumer_tests;
 #[cfg(test)]
+mod raft_test_support;
+#[cfg(test)]
 mod tests;
 
 /// The coordinator partition of a group: `abs(javaHashCode(group)) % partitions`, with Kafka's

@@ -271,75 +271,23 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::coordinator::offsets::{CommitOffset, CommitRequest};
+    use crate::coordinator::raft_test_support::{commit, committed, local, open_partition};
     use crate::coordinator::records::OffsetValue;
     use crate::coordinator::shell::RaftSettings;
-    use crate::coordinator::state::{GroupConfig, Response};
-    use crate::storage::{LogConfig, Partition, PartitionLog};
+    use crate::coordinator::state::GroupConfig;
     use openraft::CommittedLeaderId;
     use tempfile::TempDir;
 
     const NODE: u64 = 7;
 
-    fn log_config() -> LogConfig {
-        LogConfig {
-            segment_bytes: 1 << 20,
-            segment_ms: i64::MAX / 2,
-            retention_bytes: -1,
-            retention_ms: -1,
-            index_interval_bytes: 4096,
-            max_message_bytes: 1 << 20,
-        }
-    }
-
     /// A coordinator partition as a shard runs it: its `__consumer_offsets` log in `dir/log`,
     /// its Raft group in `dir/raft`.
     async fn start(dir: &std::path::Path, raft_config: &Arc<openraft::Config>) -> Rc<PartitionRunner> {
-        let (log, _) = PartitionLog::open(&dir.join("log"), log_config(), false, crate::clock::now_ms()).unwrap();
-        let partition = Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0);
+        let partition = open_partition(&dir.join("log"));
         let raft = RaftSettings::solo(dir.join("raft"), NODE, "127.0.0.1:9092".into(), raft_config.clone());
         PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, raft, crate::raft::network::SoloNetwork)
             .await
             .expect("partition starts")
-    }
-
-    /// Commits offsets of a simple group through the runner, as OffsetCommit does; returns
-    /// the codes.
-    async fn commit(runner: &Rc<PartitionRunner>, offsets: &[(i32, i64)]) -> Vec<i16> {
-        let (token, reply) = runner.waiter();
-        let request = CommitRequest {
-            group_id: "g".into(),
-            generation: -1,
-            member_id: String::new(),
-            instance_id: None,
-            version: 8,
-            retention_ms: -1,
-            offsets: offsets
-                .iter()
-                .map(|&(partition, offset)| CommitOffset {
-                    topic: "t".into(),
-                    partition,
-                    offset,
-                    leader_epoch: -1,
-                    metadata: None,
-                })
-                .collect(),
-        };
-        runner.with_state(|s, now| s.commit(now, request, token));
-        match reply.await.expect("answered") {
-            Response::Commit(codes) => codes,
-            other => panic!("expected a commit reply, got {other:?}"),
-        }
-    }
-
-    fn committed(runner: &PartitionRunner, partition: i32) -> Option<i64> {
-        let state = runner.state.borrow();
-        state.offsets.get("g")?.get(&("t".to_string(), partition)).map(|v| v.offset)
-    }
-
-    fn local<F: std::future::Future>(f: F) -> F::Output {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        tokio::task::LocalSet::new().block_on(&runtime, f)
     }
 
     /// Every acknowledged commit is in the Raft log: with its `__consumer_offsets` partition gone
