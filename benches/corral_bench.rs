@@ -9,6 +9,9 @@
 //! - `suite`: starts corral, runs every scenario, prints the table and the target ratios
 //!   (`suite --groups`: the consumer-group suite instead).
 //! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
+//! - `commits`: starts corral (default config: every coordinator record fsynced through its Raft
+//!   log before the answer) and measures durable offset commits, one committer and many, against
+//!   the fsync latency of the filesystem its data is on.
 //! - `groups suite`: starts corral and runs the consumer-group scenarios (classic and KIP-848
 //!   rebalances, idle members' memory, heartbeat storm, offset commits); `groups rebalance` and
 //!   `groups load` run halves of it against a running server.
@@ -21,6 +24,8 @@
 
 #[path = "bench/compare.rs"]
 mod compare;
+#[path = "bench/durable_commits.rs"]
+mod durable_commits;
 #[path = "bench/fetch.rs"]
 mod fetch;
 #[path = "bench/group_classic.rs"]
@@ -84,6 +89,29 @@ enum Command {
     Loopback(LoopbackArgs),
     /// Consumer-group scenarios: simulated members of classic and KIP-848 groups.
     Groups(GroupsArgs),
+    /// Start corral with its default config and measure durable offset commits (one committer,
+    /// then many) against the fsync latency of the filesystem its data is on.
+    Commits(CommitsArgs),
+}
+
+#[derive(Debug, Args)]
+struct CommitsArgs {
+    #[command(flatten)]
+    start: StartArgs,
+    /// Smoke test: 1 repetition of 1 s runs, 100 fsyncs, at most 100 committers.
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions (fsync probe, one committer, many committers); medians are reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// fsyncs timed per repetition.
+    #[arg(long, default_value_t = 1000)]
+    fsync_samples: usize,
+    #[command(flatten)]
+    commits: CommitShape,
+    /// Seconds the groups may take to form.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +143,37 @@ struct AllArgs {
     keep_data: bool,
 }
 
+/// The corral a suite starts itself, and where it keeps its scratch data and its results.
+#[derive(Debug, Args)]
+struct StartArgs {
+    /// The corral binary to start.
+    #[arg(long, default_value = "target/release/corral")]
+    server: PathBuf,
+    /// Extra argument for `corral serve` (repeatable), e.g. --server-arg=--shards --server-arg=1.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the scratch directory (data directories, server logs, the fsync probe) is created:
+    /// on the disk to measure, not a tmpfs (whose page cache and fsync are not a disk's).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    work_dir: PathBuf,
+    /// Keep the data directories and the server logs instead of deleting them.
+    #[arg(long)]
+    keep_data: bool,
+}
+
+impl StartArgs {
+    /// These arguments, once the server binary is known to exist.
+    fn checked(self) -> Result<StartArgs> {
+        if !self.server.exists() {
+            anyhow::bail!("{} not found; build it with `cargo build --release --bins`", self.server.display());
+        }
+        Ok(self)
+    }
+}
+
 #[derive(Debug, Args)]
 struct GroupsArgs {
     #[command(subcommand)]
@@ -135,20 +194,8 @@ enum GroupsCommand {
 
 #[derive(Debug, Args)]
 struct GroupsSuiteArgs {
-    /// The corral binary to start.
-    #[arg(long, default_value = "target/release/corral")]
-    server: PathBuf,
-    /// Extra argument for `corral serve` (repeatable), e.g. --server-arg=--shards --server-arg=1.
-    #[arg(long = "server-arg", allow_hyphen_values = true)]
-    server_args: Vec<String>,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    #[arg(long, default_value_os_t = std::env::temp_dir())]
-    work_dir: PathBuf,
-    /// Keep the data directories and the server logs.
-    #[arg(long)]
-    keep_data: bool,
+    #[command(flatten)]
+    start: StartArgs,
     /// Run only one half: `rebalance` (scenarios 1, 2, 6) or `load` (3, 4, 5).
     #[arg(long, value_parser = ["rebalance", "load"])]
     only: Option<String>,
@@ -249,13 +296,20 @@ struct GroupShape {
     /// Repetitions of the storm and the commit runs.
     #[arg(long, default_value_t = 3)]
     load_reps: usize,
+    #[command(flatten)]
+    commits: CommitShape,
+}
+
+/// Offset-commit runs (the groups suite's, and `commits`): their timing and committers.
+#[derive(Debug, Clone, Args)]
+struct CommitShape {
     /// Seconds of warm-up before each storm / commit run.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
     /// Seconds measured per storm / commit run.
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
-    /// Concurrent committers (one member of each of that many idle groups).
+    /// Concurrent committers (one member of each of that many groups).
     #[arg(long, default_value_t = 1000)]
     committers: usize,
     /// Partitions per OffsetCommit.
@@ -279,9 +333,9 @@ impl GroupShape {
         self.idle_groups = self.idle_groups.min(1000);
         self.groups_per_wave = self.groups_per_wave.min(500);
         self.load_reps = 1;
-        self.duration = self.duration.min(2.0);
-        self.warmup = self.warmup.min(0.5);
-        self.committers = self.committers.min(200);
+        self.commits.duration = self.commits.duration.min(2.0);
+        self.commits.warmup = self.commits.warmup.min(0.5);
+        self.commits.committers = self.commits.committers.min(200);
         self
     }
 
@@ -317,11 +371,11 @@ impl GroupShape {
             storm_connections: self.storm_connections.max(1),
             storm_depth: self.storm_depth.max(1),
             load_reps: self.load_reps.max(1),
-            warmup: Duration::from_secs_f64(self.warmup),
-            duration: Duration::from_secs_f64(self.duration),
-            committers: self.committers.max(1),
-            commit_partitions: self.commit_partitions.max(1),
-            commit_connections: self.commit_connections.max(1),
+            warmup: Duration::from_secs_f64(self.commits.warmup),
+            duration: Duration::from_secs_f64(self.commits.duration),
+            committers: self.commits.committers.max(1),
+            commit_partitions: self.commits.commit_partitions.max(1),
+            commit_connections: self.commits.commit_connections.max(1),
         }
     }
 }
@@ -379,28 +433,14 @@ impl Timing {
 
 #[derive(Debug, Args)]
 struct SuiteArgs {
-    /// The corral binary to start.
-    #[arg(long, default_value = "target/release/corral")]
-    server: PathBuf,
-    /// Extra argument for `corral serve` (repeatable), e.g. --server-arg=--shards --server-arg=1.
-    #[arg(long = "server-arg", allow_hyphen_values = true)]
-    server_args: Vec<String>,
+    #[command(flatten)]
+    start: StartArgs,
     /// Size of the partition the fetch scenario reads.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     data_bytes: u64,
     /// Short run for a smoke test: 256 MiB, 2 rounds, 1 produce run, 1.5 s per run.
     #[arg(long)]
     quick: bool,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the temporary data directory is created (it must not be a tmpfs if the page cache
-    /// behaviour of a disk is wanted).
-    #[arg(long, default_value_os_t = std::env::temp_dir())]
-    work_dir: PathBuf,
-    /// Keep the data directory and the server log instead of deleting them.
-    #[arg(long)]
-    keep_data: bool,
     /// Run the consumer-group suite (`groups suite` with its defaults) instead of produce/fetch.
     #[arg(long)]
     groups: bool,
@@ -505,6 +545,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => fetch_command(args),
         Command::Loopback(args) => loopback_command(args),
         Command::Groups(args) => groups_command(args),
+        Command::Commits(args) => commits_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -542,14 +583,12 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
     match args.command {
         GroupsCommand::Suite(a) => {
             let shape = if a.quick { a.shape.quick() } else { a.shape };
-            let mut opts = shape.opts(a.server, a.server_args, a.work_dir, a.keep_data, a.json);
+            let start = a.start.checked()?;
+            let mut opts = shape.opts(start.server, start.server_args, start.work_dir, start.keep_data, start.json);
             match a.only.as_deref() {
                 Some("rebalance") => opts.load = false,
                 Some("load") => opts.rebalance = false,
                 _ => {}
-            }
-            if !opts.server.exists() {
-                anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
             }
             groups_suite::run(&opts)
         }
@@ -566,15 +605,40 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
     }
 }
 
+fn commits_command(a: CommitsArgs) -> Result<()> {
+    let start = a.start.checked()?;
+    let mut opts = durable_commits::CommitsOpts {
+        server: start.server,
+        server_args: start.server_args,
+        work_dir: start.work_dir,
+        keep_data: start.keep_data,
+        json: start.json,
+        quick: a.quick,
+        reps: a.reps.max(1),
+        fsync_samples: a.fsync_samples.max(1),
+        warmup: Duration::from_secs_f64(a.commits.warmup),
+        duration: Duration::from_secs_f64(a.commits.duration),
+        committers: a.commits.committers.max(1),
+        partitions: a.commits.commit_partitions.max(1),
+        connections: a.commits.commit_connections.max(1),
+        timeout: Duration::from_secs(a.timeout),
+    };
+    if a.quick {
+        opts.reps = 1;
+        opts.fsync_samples = opts.fsync_samples.min(100);
+        opts.warmup = opts.warmup.min(Duration::from_millis(300));
+        opts.duration = opts.duration.min(Duration::from_secs(1));
+        opts.committers = opts.committers.min(100);
+    }
+    durable_commits::run(&opts)
+}
+
 fn suite_command(args: SuiteArgs) -> Result<()> {
+    let start = args.start.checked()?;
     if args.groups {
         let shape = GroupShape::defaults()?;
         let shape = if args.quick { shape.quick() } else { shape };
-        let opts = shape.opts(args.server, args.server_args, args.work_dir, args.keep_data, args.json);
-        if !opts.server.exists() {
-            anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
-        }
-        return groups_suite::run(&opts);
+        return groups_suite::run(&shape.opts(start.server, start.server_args, start.work_dir, start.keep_data, start.json));
     }
     let (mut rounds, mut produce_reps, mut duration, mut warmup, mut data_bytes) =
         (args.rounds, args.produce_reps, args.duration, args.warmup, args.data_bytes);
@@ -583,11 +647,11 @@ fn suite_command(args: SuiteArgs) -> Result<()> {
         data_bytes = data_bytes.min(256 << 20);
     }
     let opts = suite::SuiteOpts {
-        server: args.server,
-        server_args: args.server_args,
-        work_dir: args.work_dir,
-        keep_data: args.keep_data,
-        json: args.json,
+        server: start.server,
+        server_args: start.server_args,
+        work_dir: start.work_dir,
+        keep_data: start.keep_data,
+        json: start.json,
         data_bytes,
         rounds: rounds.max(1),
         produce_reps,
@@ -601,9 +665,6 @@ fn suite_command(args: SuiteArgs) -> Result<()> {
         fetch_bytes: args.shape.fetch_bytes()?,
         socket: args.shape.socket(),
     };
-    if !opts.server.exists() {
-        anyhow::bail!("{} not found; build it with `cargo build --release --bins`", opts.server.display());
-    }
     suite::run(&opts)
 }
 

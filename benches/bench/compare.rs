@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::durable_commits::Committers;
 use crate::fetch::{self, FetchOpts};
 use crate::group_classic::{register_topics, ClassicGroup, Discovery, GroupSpec, MemberConfig, Versions};
 use crate::group_load::{self, CommitOpts, SetupOpts, StormOpts};
@@ -230,7 +231,7 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     Ok(())
 }
 
-fn write_file(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
@@ -271,7 +272,7 @@ fn buffered_write(dir: &Path, bytes: u64) -> Result<f64> {
 
 /// Latency of a 4 KiB write followed by fdatasync(2) in the work directory: the floor under
 /// any durable acknowledgement.
-fn fsync_latency(dir: &Path, samples: usize) -> Result<(f64, f64)> {
+pub(crate) fn fsync_latency(dir: &Path, samples: usize) -> Result<(f64, f64)> {
     use std::io::Write;
     let path = dir.join("fsync-probe");
     let mut file = std::fs::File::create(&path)?;
@@ -554,26 +555,8 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
 /// One member of a one-member group commits 10 partitions at a time, one commit in flight, on a
 /// server that fsyncs before answering.
 async fn durable_commit_latency(server: &ManagedServer, scale: &Scale) -> Result<Cell> {
-    let mut admin = KafkaConn::connect(server.kafka, SocketOpts { rcvbuf: 0 }).await?;
-    kafka::create_topic(&mut admin, "bench-durable", 10, &[]).await?;
-    register_topics(&[("bench-durable".into(), 10)]);
-    let setup_opts = SetupOpts {
-        groups: 1,
-        members_per_group: 1,
-        topic: ("bench-durable".into(), 10),
-        groups_per_wave: 1,
-        per_parking_lane: PER_PARKING_LANE,
-        fast_lanes: 1,
-        member: member_config(),
-        group_prefix: "bench-durable-".into(),
-        timeout: scale.timeout,
-    };
-    let setup = group_load::setup(server.kafka, &setup_opts, None, Duration::ZERO).await?;
-    let commit = CommitOpts { topic: "bench-durable".into(), partitions_per_commit: 10, connections: 1, warmup: scale.warmup, duration: scale.duration, version: 9 };
-    let run = group_load::commit_storm(server.kafka, &setup.members, &commit, server.pid()).await?;
-    if !run.errors.is_empty() {
-        bail!("commit errors: {}", group_load::describe_errors(&run.errors));
-    }
+    let committers = Committers::create(server.kafka, "bench-durable", 10, 1, member_config(), scale.timeout).await?;
+    let run = committers.run(server.kafka, 1, 1, scale.warmup, scale.duration, server.pid()).await?;
     Ok(value(run.latency_ms(0.5), json!({ "p99_ms": run.latency_ms(0.99), "commits_per_sec": run.commits_per_sec() })))
 }
 
@@ -678,7 +661,7 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "date": time_now_utc(),
         "quick": opts.quick,
-        "machine": { "nproc": m.nproc, "kernel": m.kernel, "cpu": m.cpu, "mem_total_kb": m.mem_kb },
+        "machine": m.to_json(),
         "servers": { "corral": opts.server, "tansu": opts.peer },
         "params": {
             "warmup_seconds": scale.warmup.as_secs_f64(),
@@ -784,7 +767,7 @@ fn to_markdown(opts: &AllOpts, report: &Report) -> String {
 
 /// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (days to civil date: Howard Hinnant's
 /// algorithm; no date crate for one timestamp).
-fn time_now_utc() -> String {
+pub(crate) fn time_now_utc() -> String {
     utc_date(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64)
 }
 

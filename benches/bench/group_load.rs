@@ -22,6 +22,7 @@ use bytes::BytesMut;
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::{ApiKey, GroupId, HeartbeatRequest, OffsetCommitRequest};
 use kafka_protocol::protocol::StrBytes;
+use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 use crate::group_classic::{ClassicGroup, GroupSpec, MemberConfig};
@@ -313,6 +314,8 @@ pub(crate) struct CommitRun {
     pub(crate) latencies_us: Vec<u64>,
     pub(crate) errors: BTreeMap<i16, u64>,
     pub(crate) server_cpu: Option<(f64, f64)>,
+    /// This process's CPU seconds in the window (the load generator shares the machine).
+    pub(crate) client_cpu: f64,
 }
 
 impl CommitRun {
@@ -330,6 +333,18 @@ impl CommitRun {
             return f64::NAN;
         }
         crate::stats::percentile(&self.latencies_us, q) as f64 / 1000.0
+    }
+
+    /// Server CPU seconds in the window, user + system.
+    pub(crate) fn server_cpu_seconds(&self) -> Option<f64> {
+        self.server_cpu.map(|(u, s)| u + s)
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({"committers": self.committers, "commits": self.commits, "offsets": self.offsets, "seconds": self.seconds,
+               "commits_per_sec": self.commits_per_sec(), "offsets_per_sec": self.offsets_per_sec(),
+               "p50_ms": self.latency_ms(0.5), "p99_ms": self.latency_ms(0.99), "server_cpu": self.server_cpu,
+               "client_cpu_seconds": self.client_cpu, "errors": self.errors})
     }
 }
 
@@ -397,11 +412,11 @@ pub(crate) async fn commit_storm(addr: SocketAddr, committers: &[IdleMember], op
         }));
     }
     tokio::time::sleep(opts.warmup).await;
-    let (cpu0, t0) = (server_pid.and_then(process_cpu_time), Instant::now());
+    let (cpu0, me0, t0) = (server_pid.and_then(process_cpu_time), self_cpu(), Instant::now());
     counters.measuring.set(true);
     tokio::time::sleep(opts.duration).await;
     counters.measuring.set(false);
-    let (cpu1, t1) = (server_pid.and_then(process_cpu_time), Instant::now());
+    let (cpu1, me1, t1) = (server_pid.and_then(process_cpu_time), self_cpu(), Instant::now());
     counters.stop.set(true);
     for t in tasks {
         t.await?;
@@ -419,6 +434,7 @@ pub(crate) async fn commit_storm(addr: SocketAddr, committers: &[IdleMember], op
         latencies_us: latencies,
         errors: counters.errors.take(),
         server_cpu: cpu_delta(cpu0, cpu1),
+        client_cpu: me1 - me0,
     })
 }
 

@@ -550,7 +550,7 @@ fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok {
         "met"
     } else {
@@ -752,17 +752,9 @@ fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
                    "server_cpu": s.server_cpu, "client_cpu_seconds": s.client_cpu, "errors": s.errors})
         })
         .collect();
-    let commits = |runs: &[CommitRun]| -> Vec<Value> {
-        runs.iter()
-            .map(|c| {
-                json!({"committers": c.committers, "commits": c.commits, "offsets": c.offsets, "seconds": c.seconds,
-                       "commits_per_sec": c.commits_per_sec(), "offsets_per_sec": c.offsets_per_sec(),
-                       "p50_ms": c.latency_ms(0.5), "p99_ms": c.latency_ms(0.99), "server_cpu": c.server_cpu, "errors": c.errors})
-            })
-            .collect()
-    };
+    let commits = |runs: &[CommitRun]| -> Vec<Value> { runs.iter().map(CommitRun::to_json).collect() };
     json!({
-        "machine": { "nproc": m.nproc, "kernel": m.kernel, "cpu": m.cpu, "mem_total_kb": m.mem_kb },
+        "machine": m.to_json(),
         "shards": r.shards,
         "params": {
             "server": opts.server, "server_args": opts.server_args, "reps": opts.reps, "members": opts.members,

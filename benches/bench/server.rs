@@ -301,7 +301,8 @@ pub(crate) fn process_cpu_time(pid: u32) -> Option<(Duration, Duration)> {
     Some((Duration::from_secs_f64(user as f64 / ticks), Duration::from_secs_f64(system as f64 / ticks)))
 }
 
-fn clock_ticks() -> f64 {
+/// USER_HZ: the unit of the CPU times in /proc.
+pub(crate) fn clock_ticks() -> f64 {
     // SAFETY: sysconf only reads a system constant.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 {

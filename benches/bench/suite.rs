@@ -374,7 +374,7 @@ impl Report {
     fn json(&self, opts: &SuiteOpts, r: &Results) -> serde_json::Value {
         let m = machine();
         json!({
-            "machine": { "nproc": m.nproc, "kernel": m.kernel, "cpu": m.cpu, "mem_total_kb": m.mem_kb },
+            "machine": m.to_json(),
             "summary": "median and best of the runs; ratios are medians over rounds of the ratio within each round",
             "params": {
                 "server": opts.server,
@@ -472,6 +472,12 @@ pub(crate) struct Machine {
     pub(crate) kernel: String,
     pub(crate) cpu: String,
     pub(crate) mem_kb: u64,
+}
+
+impl Machine {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        json!({ "nproc": self.nproc, "kernel": self.kernel, "cpu": self.cpu, "mem_total_kb": self.mem_kb })
+    }
 }
 
 pub(crate) fn machine() -> Machine {

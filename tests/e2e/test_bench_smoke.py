@@ -69,3 +69,29 @@ def test_produce_fetch_suite_quick(tmp_path):
         assert positive(results["results"][name]["median_mb_per_sec"]), (name, results["results"][name])
     for name, ratio in results["ratios"].items():
         assert positive(ratio), (name, ratio)
+
+
+def test_durable_commits_quick(tmp_path):
+    """Durable offset commits (Raft, default config) against the fsync latency of the same filesystem:
+    every summary number, ratio and per-repetition number is present and positive."""
+    results = run_bench(["commits", "--quick"], tmp_path / "commits.json", tmp_path, timeout=300)
+    summary = results["summary"]
+    for key in ["fsync_p50_ms", "fsync_p99_ms", "single_p50_ms", "single_p99_ms", "single_commits_per_sec",
+                "many_commits_per_sec", "many_offsets_per_sec", "many_p50_ms", "many_p99_ms", "many_server_cpu_seconds",
+                "many_server_cores", "many_client_cores", "many_offsets_per_server_cpu_second"]:
+        assert positive(summary.get(key)), (key, summary)
+    for key in ["single_p50_vs_fsync_p50", "single_p99_vs_fsync_p99", "many_p50_vs_fsync_p50", "many_p99_vs_fsync_p99",
+                "offsets_per_sec_vs_target"]:
+        assert positive(results["ratios"].get(key)), (key, results["ratios"])
+    assert set(results["met"]) == {"commit_p99_vs_fsync_p99", "offsets_per_sec"}, results["met"]
+    assert len(results["reps"]) == 1, results["reps"]
+    for rep in results["reps"]:
+        assert positive(rep["fsync_p50_ms"]) and positive(rep["fsync_p99_ms"]), rep
+        for name in ["single", "many"]:
+            run = rep[name]
+            assert run["errors"] == {}, (name, run["errors"])
+            for key in ["committers", "commits", "offsets", "seconds", "commits_per_sec", "offsets_per_sec", "p50_ms", "p99_ms"]:
+                assert positive(run[key]), (name, key, run)
+            assert positive(sum(run["server_cpu"])), (name, run["server_cpu"])
+    assert results["reps"][0]["single"]["committers"] == 1
+    assert results["reps"][0]["many"]["committers"] == 100
