@@ -11,7 +11,8 @@
 //!   [`Command`] in its log, holding records in Kafka's `__consumer_offsets` key/value layouts so
 //!   the internal topic can be served to tools that read it. Raft `apply` replays them through the
 //!   same sans-I/O group state machine the leader runs.
-//! - **One metadata group**: topics, partition placement, cluster membership.
+//! - **One metadata group** (topics, partition placement, cluster membership) is the design's
+//!   next step; it is not built yet.
 //!
 //! A single node is a one-voter cluster: the same code path, durable on its own disk. Heartbeat
 //! liveness stays in memory on the leader, as in Kafka; it is never logged.
@@ -26,15 +27,16 @@
 //! - [`transport`]: the network of a cluster: every group's RPCs to one peer share one TCP
 //!   connection, and peers' requests are run on the shard that owns their group.
 //!
-//! The coordinator's state machine is `crate::coordinator::replicated`. The metadata group is not
-//! built yet: topics are kept by each node on its own.
+//! The coordinator's state machine is `crate::coordinator::replicated`. Without the metadata group,
+//! each node keeps its own topics.
 //!
 //! # Runtime
 //!
 //! With openraft's `singlethreaded` feature nothing here needs `Send`: a Raft instance, its log
 //! store and its state machine live on the shard that owns the partition, on that shard's
 //! `LocalSet` (openraft spawns its tasks with `spawn_local`, so `Raft::new` must run inside one).
-//! Only the fsyncs leave the shard thread, on tokio's blocking pool.
+//! Only the fsyncs leave the shard thread, on tokio's blocking pool, and the bytes to and from
+//! other nodes, on the `raft-net` thread.
 
 mod entry_codec;
 pub mod log_store;
