@@ -292,10 +292,7 @@ impl PartitionRunner {
         self.timers.borrow_mut().clear();
         self.timer_keys.borrow_mut().clear();
         let now = now_ms();
-        let mut fresh = {
-            let state = self.state.borrow();
-            CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
-        };
+        let mut fresh = self.fresh_state();
         match for_each_record(&self.log, |record| fresh.replay(record, now)) {
             Ok(_) => *self.state.borrow_mut() = fresh,
             Err(e) => tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log"),
@@ -435,7 +432,6 @@ impl PartitionRunner {
                 }
             }
             self.run_effects();
-            self.maybe_snapshot();
         }
     }
 
@@ -471,6 +467,8 @@ impl PartitionRunner {
                 state.replay(record, now);
             }
         }
+        // On every member, leader or follower: each purges its own Raft log.
+        self.maybe_snapshot();
         Ok(())
     }
 
@@ -493,9 +491,13 @@ impl PartitionRunner {
 
     /// Rewrites the partition's log as the live state at `applied` (every batch stamped with it),
     /// fsyncs it, drops the segments before it, and returns the batches written (the snapshot).
+    /// The live state is read back from the log itself, which holds exactly the applied entries:
+    /// a leader's state may already hold records of entries not yet committed.
     pub(crate) fn checkpoint(&self, applied: Option<LogId>) -> Result<Vec<u8>, StorageError> {
-        let records = live_records(&self.state.borrow());
-        let data = self.rewrite(records, applied)?;
+        let now = now_ms();
+        let mut applied_state = self.fresh_state();
+        for_each_record(&self.log, |record| applied_state.replay(record, now))?;
+        let data = self.rewrite(live_records(&applied_state), applied)?;
         let after = self.log.log.borrow().size_bytes();
         tracing::info!(partition = self.index, bytes = after, applied = ?applied, "checkpointed coordinator partition");
         self.checkpoint_size.set(after);
@@ -503,13 +505,16 @@ impl PartitionRunner {
         Ok(data)
     }
 
+    /// An empty state with this partition's settings.
+    fn fresh_state(&self) -> CoordinatorState {
+        let state = self.state.borrow();
+        CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
+    }
+
     /// Replaces the state with a snapshot's (from the group's leader) and rewrites the log.
     pub(crate) fn install(&self, data: &[u8], applied: Option<LogId>) -> Result<(), String> {
         let now = now_ms();
-        let mut fresh = {
-            let state = self.state.borrow();
-            CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
-        };
+        let mut fresh = self.fresh_state();
         let mut rest = Bytes::copy_from_slice(data);
         while !rest.is_empty() {
             let header = crate::record_batch::BatchHeader::parse(&rest).map_err(|e| e.to_string())?;
