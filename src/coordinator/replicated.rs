@@ -411,25 +411,14 @@ mod tests {
 
     #[test]
     fn stamping_refuses_a_batch_without_the_header() {
-        let record = Record {
-            transactional: false,
-            control: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: 0,
-            key: Some(Bytes::from_static(&[0; 40])),
-            value: Some(Bytes::from_static(&[0; 40])),
-            headers: Default::default(),
-            delete_horizon: false,
-        };
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &[record], &RecordEncodeOptions { version: 2, compression: Compression::None })
-            .unwrap();
-        let mut bytes = buf.to_vec();
+        // Our own batch with the header's key changed (and the CRC made valid again): nothing in
+        // it may be overwritten.
+        let mut bytes = encode_batch(&[offset(0, 5)], 1_000).to_vec();
+        let key = LOG_ID_HEADER.as_bytes();
+        let at = bytes.windows(key.len()).position(|w| w == key).expect("header key in the batch");
+        bytes[at] = b'C';
+        let crc = crc32c::crc32c(&bytes[CRC_START..]);
+        bytes[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
         let original = bytes.clone();
         let log_id = LogId { leader_id: CommittedLeaderId::new(1, 1), index: 1 };
         assert!(stamp_log_id(&mut bytes, &log_id).is_err());
