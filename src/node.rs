@@ -1,7 +1,7 @@
 //! The node: state shared by every shard of this process.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -36,6 +36,8 @@ pub struct Node {
     pub brokers: std::collections::BTreeMap<i32, (String, u16)>,
     /// Links to the other nodes' Raft listeners (none on a single node).
     pub peers: Arc<crate::raft::transport::Peers>,
+    /// The metadata group's leader as last seen (the controller Metadata names), -1 if none.
+    pub metadata_leader: AtomicI64,
 }
 
 impl Node {
@@ -46,6 +48,32 @@ impl Node {
     /// The Raft group directory of a coordinator partition: `<data_dir>/raft/__consumer_offsets-<p>`.
     pub fn coordinator_raft_dir(&self, partition: i32) -> PathBuf {
         self.config.storage.data_dir.join("raft").join(partition_dir_name(crate::cluster::OFFSETS_TOPIC, partition))
+    }
+
+    /// The metadata group's directory: `<data_dir>/raft/metadata`.
+    pub fn metadata_raft_dir(&self) -> PathBuf {
+        self.config.storage.data_dir.join("raft").join("metadata")
+    }
+
+    /// The node Metadata names as the controller: the metadata group's leader, or this node
+    /// while there is none (topic requests sent here are forwarded to the leader anyway).
+    pub fn controller(&self) -> i32 {
+        match self.metadata_leader.load(Ordering::Acquire) {
+            leader @ 0.. => i32::try_from(leader).unwrap_or(self.node_id),
+            _ => self.node_id,
+        }
+    }
+
+    /// The Raft voters of every group, with their Raft addresses: the configured nodes, or this
+    /// node alone.
+    pub fn raft_members(&self) -> std::collections::BTreeMap<u64, openraft::BasicNode> {
+        let cluster = &self.config.cluster;
+        if cluster.is_multi_node() {
+            cluster.nodes.iter().map(|n| (n.id as u64, openraft::BasicNode::new(n.raft.clone()))).collect()
+        } else {
+            let address = format!("{}:{}", self.advertised.0, self.advertised.1);
+            std::collections::BTreeMap::from([(self.node_id as u64, openraft::BasicNode::new(address))])
+        }
     }
 
     /// Every shard is accepting and the node is not shutting down (`/health/ready`).

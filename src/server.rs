@@ -85,7 +85,7 @@ impl Server {
         crate::cluster::remove_deleted_dirs(&data_dir).map_err(io)?;
 
         let shards = config.shard_count();
-        let catalog = Catalog::load(&meta_dir, shards).map_err(io)?;
+        let catalog = Catalog::load(&meta_dir, shards, config.node.id).map_err(io)?;
         crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
         let producer_ids = ProducerIds::load(&meta_dir).map_err(io)?;
 
@@ -137,6 +137,7 @@ impl Server {
             ready: Default::default(),
             brokers,
             peers: Arc::new(peers),
+            metadata_leader: std::sync::atomic::AtomicI64::new(-1),
         });
         let raft_net = match peer_tasks {
             Some(tasks) => Some(crate::raft::transport::start(node.clone(), tasks).map_err(io)?),

@@ -123,8 +123,9 @@ def main() -> int:
         single.stop()
 
         cluster = Cluster(factory, size=3, relays=False).start()
-        for port in cluster.kafka:
-            create_topic(port)
+        # Topics are replicated: create it once, then wait until every node has it.
+        create_topic(cluster.kafka[0])
+        cluster.wait_for_topic(TOPIC, 1)
         leader = cluster.coordinator("bench-latency")
         report["cluster_commit"] = commit_latency(cluster.kafka[leader], "bench-latency", args.latency_seconds)
         print(f"commit latency, one committer: single node p50 {report['single_node_commit']['p50_ms']} ms "

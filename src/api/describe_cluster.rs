@@ -1,4 +1,5 @@
-//! DescribeCluster (key 60): every node of the cluster as a broker; this node as the controller.
+//! DescribeCluster (key 60): every node of the cluster as a broker; the metadata group's leader as
+//! the controller.
 
 use std::rc::Rc;
 
@@ -23,7 +24,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(StrBytes::from_string(node.cluster_id.clone()))
-        .with_controller_id(BrokerId(node.node_id));
+        .with_controller_id(BrokerId(node.controller()));
     if ctx.api_version >= 1 && request.endpoint_type != BROKERS {
         // Controllers are not reachable through a broker listener, as in Kafka.
         response = response

@@ -84,6 +84,7 @@ async fn fetch(shard: Rc<Shard>, ctx: RequestContext, request: FetchRequest) -> 
     }
 
     let catalog = &shard.node.catalog;
+    let node_id = shard.node.node_id;
     let mut targets = Vec::new();
     let mut layout = Vec::with_capacity(request.topics.len());
     for t in &request.topics {
@@ -95,6 +96,7 @@ async fn fetch(shard: Rc<Shard>, ctx: RequestContext, request: FetchRequest) -> 
                 None => Slot::Error(unknown.code()),
                 Some((_, None)) => Slot::Error(ResponseError::UnknownTopicOrPartition.code()),
                 Some(_) if p.current_leader_epoch > 0 => Slot::Error(ResponseError::UnknownLeaderEpoch.code()),
+                Some((_, Some(meta))) if meta.leader != node_id => Slot::Error(ResponseError::NotLeaderOrFollower.code()),
                 Some((topic_id, Some(meta))) => {
                     targets.push(Target {
                         topic_id,

@@ -62,6 +62,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let (request, max_num_offsets) = decode(&ctx, body)?;
     let v0 = ctx.api_version == 0;
     let catalog = &shard.node.catalog;
+    let node_id = shard.node.node_id;
     let with_epoch = ctx.api_version >= 4;
 
     // (topic, partition, error or (shard, position in that shard's job list))
@@ -71,10 +72,11 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let found = catalog.get(&topic.name.0);
         let mut parts = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
-            let slot = match found.as_ref().and_then(|t| t.partition(p.partition_index).map(|m| (t.id, m.shard))) {
+            let slot = match found.as_ref().and_then(|t| t.partition(p.partition_index).map(|m| (t.id, m.shard, m.leader))) {
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(_) if p.current_leader_epoch > 0 => Err(ResponseError::UnknownLeaderEpoch),
-                Some((id, target)) => {
+                Some((_, _, leader)) if leader != node_id => Err(ResponseError::NotLeaderOrFollower),
+                Some((id, target, _)) => {
                     let queue = jobs.entry(target).or_default();
                     queue.push((id, p.partition_index, p.timestamp));
                     Ok((target, queue.len() - 1))

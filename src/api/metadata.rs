@@ -1,6 +1,9 @@
-//! Metadata (key 3): brokers (every node of the cluster), topics and their partitions, with auto
-//! topic creation. Topics are this node's own (there is no metadata group yet), so this node leads
-//! every partition it reports.
+//! Metadata (key 3): brokers (every node of the cluster), topics and their partitions with the
+//! node each is placed on as its leader, and auto topic creation (through the metadata group, like
+//! CreateTopics). The controller named is the metadata group's leader.
+//!
+//! `__consumer_offsets` is held whole by every node (its contents are replicated by the
+//! coordinator's Raft groups), so each node names itself as its partitions' leader.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -63,7 +66,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                 .collect(),
         )
         .with_cluster_id(Some(StrBytes::from_string(node.cluster_id.clone())))
-        .with_controller_id(BrokerId(node.node_id))
+        .with_controller_id(BrokerId(node.controller()))
         .with_topics(topics);
     Ok(Handled::Now(ctx.respond(&response)))
 }
@@ -90,26 +93,34 @@ async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool)
         },
         Err(e) => {
             tracing::warn!(topic = %name, error = %e, "auto topic creation failed");
-            error(e.error_code())
+            match e {
+                // No controller reachable yet: clients retry on LEADER_NOT_AVAILABLE.
+                TopicError::NotController(_) | TopicError::Write(_) => error(ResponseError::LeaderNotAvailable),
+                e => error(e.error_code()),
+            }
         }
     }
 }
 
 fn describe(shard: &Shard, topic: &Arc<Topic>) -> MetadataResponseTopic {
-    let node_id = BrokerId(shard.node.node_id);
-    let partitions = (0..topic.partitions.len() as i32)
-        .map(|index| {
+    let internal = crate::cluster::is_internal(&topic.name);
+    let partitions = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(index, meta)| {
+            let leader = BrokerId(if internal { shard.node.node_id } else { meta.leader });
             MetadataResponsePartition::default()
-                .with_partition_index(index)
-                .with_leader_id(node_id)
+                .with_partition_index(index as i32)
+                .with_leader_id(leader)
                 .with_leader_epoch(0)
-                .with_replica_nodes(vec![node_id])
-                .with_isr_nodes(vec![node_id])
+                .with_replica_nodes(vec![leader])
+                .with_isr_nodes(vec![leader])
         })
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
         .with_topic_id(topic.id)
-        .with_is_internal(crate::cluster::is_internal(&topic.name))
+        .with_is_internal(internal)
         .with_partitions(partitions)
 }

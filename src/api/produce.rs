@@ -59,6 +59,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let catalog = &shard.node.catalog;
     let acks_valid = matches!(request.acks, -1..=1);
 
+    let node_id = shard.node.node_id;
     let mut jobs: HashMap<ShardId, Vec<AppendJob>> = HashMap::new();
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for data in request.topic_data {
@@ -75,6 +76,11 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                         Slot::Done(failed(p.index, ResponseError::InvalidTopicException, Some("cannot write to an internal topic".into())))
                     }
                     Some((_, None)) => Slot::Done(failed(p.index, ResponseError::UnknownTopicOrPartition, None)),
+                    Some((_, Some(meta))) if meta.leader != node_id => Slot::Done(failed(
+                        p.index,
+                        ResponseError::NotLeaderOrFollower,
+                        Some(format!("partition {} is on node {}", p.index, meta.leader)),
+                    )),
                     Some((topic_id, Some(meta))) => match single_batch(p.records, version) {
                         Err((code, message)) => Slot::Done(failed(p.index, code, Some(message))),
                         Ok(batch) => {

@@ -1,28 +1,36 @@
-//! The topic catalog: which topics exist, their ids, partition counts and configs.
+//! The topic catalog: which topics exist, their ids, partition counts, configs and placement.
 //!
 //! Read on every request by every shard, changed rarely (topic admin), so it is a concurrent map
-//! of immutable `Arc<Topic>` values: a change builds a new `Topic` and swaps it in. Changes are
-//! serialised by one async lock and written to `meta/topics.json` (atomically) before they are
-//! acknowledged.
+//! of immutable `Arc<Topic>` values: a change builds a new `Topic` and swaps it in.
+//!
+//! Topics are replicated by the metadata Raft group (`super::metadata_group`): every node applies
+//! the same changes to its catalog, in log order, and writes it to `meta/topics.json` (atomically)
+//! together with the id of the last entry applied, so a restart re-applies only what follows.
+//! `__consumer_offsets` is the exception: every node creates it locally with the partition count
+//! of its config and holds all of its partitions (their contents are replicated by the
+//! coordinator's own Raft groups).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::topic_config::TopicConfig;
+use crate::raft::{LogId, StoredMembership};
 use crate::runtime::ShardId;
 use crate::storage::log::write_atomically;
 
 /// One partition's routing facts.
 #[derive(Debug)]
 pub struct PartitionMeta {
-    /// The shard that owns the partition's log.
+    /// The shard that owns the partition's log (on the node that hosts it).
     pub shard: ShardId,
+    /// The node that hosts the partition's log and leads it (local storage: one replica).
+    pub leader: i32,
     /// Log end offset published by the owning shard, watched by long-polling fetches.
     pub end_offset: Arc<watch::Sender<i64>>,
 }
@@ -40,6 +48,11 @@ impl Topic {
     pub fn partition(&self, index: i32) -> Option<&PartitionMeta> {
         usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
     }
+
+    /// The node of each partition, in partition order.
+    pub fn placement(&self) -> Vec<i32> {
+        self.partitions.iter().map(|p| p.leader).collect()
+    }
 }
 
 /// Partition → shard: spread a topic's partitions round-robin from a per-topic starting shard.
@@ -49,64 +62,126 @@ pub fn shard_for(topic_id: Uuid, partition: i32, shards: usize) -> ShardId {
     ((start + partition as u64) % shards as u64) as usize
 }
 
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct StoredTopic {
-    name: String,
-    id: Uuid,
-    partitions: i32,
+/// A topic as the catalog file and the metadata group's snapshots hold it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredTopic {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
     #[serde(default)]
-    config: TopicConfig,
+    pub config: TopicConfig,
+    /// The node of each partition. Absent in files written before topics were replicated: every
+    /// partition is then this node's.
+    #[serde(default)]
+    pub placement: Vec<i32>,
 }
 
-/// All topics of this node. Shared by every shard.
+/// `meta/topics.json`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct StoredCatalog {
+    /// The last metadata-group entry applied to `topics`.
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    topics: Vec<StoredTopic>,
+}
+
+impl StoredCatalog {
+    /// Reads the file's JSON; files written before topics were replicated hold a plain list.
+    fn parse(bytes: &[u8]) -> serde_json::Result<StoredCatalog> {
+        // Through a `Value`: its map keys may be read as numbers (membership node ids), which
+        // serde's untagged enums cannot do.
+        let value: serde_json::Value = serde_json::from_slice(bytes)?;
+        if value.is_array() {
+            let topics = serde_json::from_value(value)?;
+            return Ok(StoredCatalog { applied: None, membership: Default::default(), topics });
+        }
+        serde_json::from_value(value)
+    }
+}
+
+/// All topics of the cluster. Shared by every shard.
 #[derive(Debug)]
 pub struct Catalog {
     by_name: DashMap<String, Arc<Topic>>,
     by_id: DashMap<Uuid, Arc<Topic>>,
-    /// Serialises changes and their persistence.
+    /// Serialises this node's topic requests (check, then propose).
     write: tokio::sync::Mutex<()>,
     path: PathBuf,
     shards: usize,
+    /// This node's id: the node of partitions whose file names none.
+    node_id: i32,
+    /// What the metadata group last applied here.
+    applied: Mutex<(Option<LogId>, StoredMembership)>,
     /// Counts changes (see [`crate::coordinator::consumer::TopicView::version`]).
     version: AtomicU64,
 }
 
 impl Catalog {
     /// Loads `meta/topics.json` (an absent file is an empty catalog).
-    pub fn load(meta_dir: &Path, shards: usize) -> std::io::Result<Catalog> {
+    pub fn load(meta_dir: &Path, shards: usize, node_id: i32) -> std::io::Result<Catalog> {
         let path = meta_dir.join("topics.json");
-        let stored: Vec<StoredTopic> = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+        let stored = match std::fs::read(&path) {
+            Ok(bytes) => StoredCatalog::parse(&bytes).map_err(|e| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
             })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                StoredCatalog { applied: None, membership: Default::default(), topics: Vec::new() }
+            }
             Err(e) => return Err(e),
         };
-        let catalog = Catalog { by_name: DashMap::new(), by_id: DashMap::new(), write: Default::default(), path, shards, version: AtomicU64::new(0) };
-        for t in stored {
-            catalog.publish(catalog.build(t.name, t.id, t.partitions, t.config, None));
+        let StoredCatalog { applied, membership, topics } = stored;
+        let applied = (applied, membership);
+        let catalog = Catalog {
+            by_name: DashMap::new(),
+            by_id: DashMap::new(),
+            write: Default::default(),
+            path,
+            shards,
+            node_id,
+            applied: Mutex::new(applied),
+            version: AtomicU64::new(0),
+        };
+        for t in topics {
+            let placement = catalog.placement_of(&t);
+            catalog.publish(catalog.build(t.name, t.id, t.config, placement, None));
         }
         Ok(catalog)
     }
 
-    /// Builds a topic value; partitions that already exist keep their watch channels.
-    fn build(&self, name: String, id: Uuid, partitions: i32, config: TopicConfig, previous: Option<&Topic>) -> Arc<Topic> {
-        let partitions = (0..partitions)
-            .map(|p| match previous.and_then(|t| t.partition(p)) {
-                Some(old) => PartitionMeta { shard: old.shard, end_offset: old.end_offset.clone() },
-                None => PartitionMeta { shard: shard_for(id, p, self.shards), end_offset: Arc::new(watch::channel(0).0) },
+    fn placement_of(&self, t: &StoredTopic) -> Vec<i32> {
+        if t.placement.len() == t.partitions.max(0) as usize {
+            t.placement.clone()
+        } else {
+            vec![self.node_id; t.partitions.max(0) as usize]
+        }
+    }
+
+    /// Builds a topic value with one partition per entry of `placement`; partitions that already
+    /// exist in `previous` keep their watch channels.
+    pub(crate) fn build(&self, name: String, id: Uuid, config: TopicConfig, placement: Vec<i32>, previous: Option<&Topic>) -> Arc<Topic> {
+        let partitions = placement
+            .into_iter()
+            .enumerate()
+            .map(|(p, leader)| match previous.and_then(|t| t.partition(p as i32)) {
+                Some(old) => PartitionMeta { shard: old.shard, leader: old.leader, end_offset: old.end_offset.clone() },
+                None => PartitionMeta {
+                    shard: shard_for(id, p as i32, self.shards),
+                    leader,
+                    end_offset: Arc::new(watch::channel(0).0),
+                },
             })
             .collect();
         Arc::new(Topic { name, id, partitions, config })
     }
 
-    fn publish(&self, topic: Arc<Topic>) {
+    /// Makes a topic (new or changed) visible to every shard.
+    pub(crate) fn publish(&self, topic: Arc<Topic>) {
         self.by_id.insert(topic.id, topic.clone());
         self.by_name.insert(topic.name.clone(), topic);
         self.version.fetch_add(1, Ordering::Release);
     }
 
-    fn unpublish(&self, topic: &Topic) {
+    pub(crate) fn unpublish(&self, topic: &Topic) {
         self.by_name.remove(&topic.name);
         self.by_id.remove(&topic.id);
         self.version.fetch_add(1, Ordering::Release);
@@ -135,14 +210,19 @@ impl Catalog {
         self.by_name.is_empty()
     }
 
-    /// Takes the change lock; hold it across a read-check-write of the catalog.
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// Takes the change lock; hold it across a read-check-propose of a topic change.
     pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.write.lock().await
     }
 
-    /// Adds a topic and persists the catalog. Call with the change lock held.
-    pub fn insert(&self, name: &str, partitions: i32, config: TopicConfig) -> std::io::Result<Arc<Topic>> {
-        let topic = self.build(name.to_string(), Uuid::new_v4(), partitions, config, None);
+    /// Adds a topic held by this node alone (`__consumer_offsets`) and persists the catalog.
+    pub fn insert_local(&self, name: &str, partitions: i32, config: TopicConfig) -> std::io::Result<Arc<Topic>> {
+        let placement = vec![self.node_id; partitions.max(0) as usize];
+        let topic = self.build(name.to_string(), Uuid::new_v4(), config, placement, None);
         self.publish(topic.clone());
         if let Err(e) = self.persist() {
             self.unpublish(&topic);
@@ -151,36 +231,44 @@ impl Catalog {
         Ok(topic)
     }
 
-    /// Grows a topic to `partitions` and persists. Call with the change lock held.
-    pub fn set_partition_count(&self, topic: &Topic, partitions: i32) -> std::io::Result<Arc<Topic>> {
-        let grown = self.build(topic.name.clone(), topic.id, partitions, topic.config.clone(), Some(topic));
-        let previous = self.get(&topic.name);
-        self.publish(grown.clone());
-        if let Err(e) = self.persist() {
-            if let Some(previous) = previous {
-                self.publish(previous);
-            }
-            return Err(e);
-        }
-        Ok(grown)
+    /// What the metadata group last applied to this catalog.
+    pub fn applied(&self) -> (Option<LogId>, StoredMembership) {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Removes a topic and persists. Call with the change lock held.
-    pub fn remove(&self, topic: &Topic) -> std::io::Result<()> {
-        self.unpublish(topic);
+    /// Records what the metadata group has applied and writes the catalog with it.
+    pub(crate) fn persist_applied(&self, applied: Option<LogId>, membership: StoredMembership) -> std::io::Result<()> {
+        *self.applied.lock().unwrap_or_else(|e| e.into_inner()) = (applied, membership);
         self.persist()
     }
 
-    fn persist(&self) -> std::io::Result<()> {
-        let stored: BTreeMap<String, StoredTopic> = self
+    /// The replicated topics (every one but `__consumer_offsets`), sorted by name.
+    pub fn replicated(&self) -> Vec<StoredTopic> {
+        self.stored().into_iter().filter(|t| !super::is_internal(&t.name)).collect()
+    }
+
+    fn stored(&self) -> Vec<StoredTopic> {
+        let sorted: BTreeMap<String, StoredTopic> = self
             .by_name
             .iter()
             .map(|t| {
-                (t.name.clone(), StoredTopic { name: t.name.clone(), id: t.id, partitions: t.partitions.len() as i32, config: t.config.clone() })
+                let stored = StoredTopic {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: t.partitions.len() as i32,
+                    config: t.config.clone(),
+                    placement: t.placement(),
+                };
+                (t.name.clone(), stored)
             })
             .collect();
-        let list: Vec<&StoredTopic> = stored.values().collect();
-        let bytes = serde_json::to_vec_pretty(&list).map_err(std::io::Error::other)?;
+        sorted.into_values().collect()
+    }
+
+    fn persist(&self) -> std::io::Result<()> {
+        let (applied, membership) = self.applied();
+        let stored = StoredCatalog { applied, membership, topics: self.stored() };
+        let bytes = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
         write_atomically(&self.path, &bytes)
     }
 }
@@ -209,27 +297,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn persists_and_reloads() {
+    fn persists_and_reloads_with_placement_and_applied_entry() {
         let dir = tempfile::tempdir().unwrap();
-        let catalog = Catalog::load(dir.path(), 2).unwrap();
+        let catalog = Catalog::load(dir.path(), 2, 1).unwrap();
         assert!(catalog.is_empty());
         let cfg = TopicConfig::from_pairs([("retention.ms", Some("5"))]).unwrap();
-        let t = catalog.insert("a", 3, cfg.clone()).unwrap();
-        catalog.insert("b", 1, TopicConfig::default()).unwrap();
-        let grown = catalog.set_partition_count(&t, 5).unwrap();
+        let t = catalog.build("a".into(), Uuid::new_v4(), cfg.clone(), vec![1, 2, 3], None);
+        catalog.publish(t.clone());
+        let b = catalog.build("b".into(), Uuid::new_v4(), TopicConfig::default(), vec![2], None);
+        catalog.publish(b.clone());
+        let grown = catalog.build("a".into(), t.id, cfg.clone(), vec![1, 2, 3, 1, 2], Some(&t));
         assert!(Arc::ptr_eq(&grown.partitions[0].end_offset, &t.partitions[0].end_offset));
-        catalog.remove(&catalog.get("b").unwrap()).unwrap();
+        catalog.publish(grown);
+        catalog.unpublish(&b);
+        let applied = LogId::new(openraft::CommittedLeaderId::new(3, 1), 17);
+        let members = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("h:1"))]);
+        let membership = StoredMembership::new(Some(applied), openraft::Membership::from(members));
+        catalog.persist_applied(Some(applied), membership.clone()).unwrap();
 
-        let again = Catalog::load(dir.path(), 2).unwrap();
+        let again = Catalog::load(dir.path(), 2, 1).unwrap();
         assert_eq!(again.len(), 1);
+        assert_eq!(again.applied(), (Some(applied), membership));
         let a = again.get("a").unwrap();
         assert_eq!(a.id, t.id);
-        assert_eq!(a.partitions.len(), 5);
+        assert_eq!(a.placement(), vec![1, 2, 3, 1, 2]);
         assert_eq!(a.config, cfg);
         assert!(again.get_by_id(t.id).is_some());
         for p in 0..5 {
             assert_eq!(a.partitions[p as usize].shard, shard_for(t.id, p, 2));
         }
+    }
+
+    #[test]
+    fn a_catalog_written_before_replication_loads_with_every_partition_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Uuid::new_v4();
+        let legacy = format!(r#"[{{"name":"old","id":"{id}","partitions":3,"config":{{}}}}]"#);
+        std::fs::write(dir.path().join("topics.json"), legacy).unwrap();
+        let catalog = Catalog::load(dir.path(), 2, 7).unwrap();
+        assert_eq!(catalog.get("old").unwrap().placement(), vec![7, 7, 7]);
+        assert_eq!(catalog.applied().0, None);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Cluster metadata: topics and their partitions, producer ids, and the operations that change
 //! them (create, delete, grow a topic).
 //!
-//! A change is written to the catalog first, then every affected partition is opened or closed on
-//! the shard that owns it, through the mesh.
+//! A change is checked against this node's catalog, then proposed to the metadata Raft group
+//! ([`metadata_group`]); every node applies it, opening or closing the partitions placed on it on
+//! the shards that own them.
 
 pub mod catalog;
+pub mod metadata_group;
 pub mod producer_ids;
 pub mod topic_config;
 
@@ -14,8 +16,10 @@ use std::sync::Arc;
 use kafka_protocol::ResponseError;
 
 use self::catalog::Topic;
+use self::metadata_group::{TopicChange, WriteError};
 use self::topic_config::{validate_topic_name, TopicConfig, TopicConfigError};
 use crate::clock::now_ms;
+use crate::node::Node;
 use crate::runtime::{Shard, ShardStopped};
 use crate::storage::{Partition, PartitionLog, StorageError};
 
@@ -33,7 +37,7 @@ pub fn ensure_offsets_topic(catalog: &catalog::Catalog, partitions: i32) -> Resu
             t.partitions.len()
         )),
         None => catalog
-            .insert(OFFSETS_TOPIC, partitions, TopicConfig::internal_offsets())
+            .insert_local(OFFSETS_TOPIC, partitions, TopicConfig::internal_offsets())
             .map(drop)
             .map_err(|e| format!("cannot create {OFFSETS_TOPIC}: {e}")),
     }
@@ -63,8 +67,10 @@ pub enum TopicError {
     Unknown,
     #[error("topic '{0}' is internal")]
     Internal(String),
-    #[error("cannot persist the topic catalog: {0}")]
-    Catalog(#[from] std::io::Error),
+    #[error(transparent)]
+    NotController(metadata_group::WriteError),
+    #[error(transparent)]
+    Write(#[from] metadata_group::WriteError),
     #[error("cannot open partition storage: {0}")]
     Storage(#[from] StorageError),
     #[error(transparent)]
@@ -82,7 +88,10 @@ impl TopicError {
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
             TopicError::Internal(_) => ResponseError::InvalidRequest,
-            TopicError::Catalog(_) | TopicError::Storage(_) => ResponseError::KafkaStorageError,
+            TopicError::NotController(_) => ResponseError::NotController,
+            TopicError::Write(metadata_group::WriteError::Timeout(_)) => ResponseError::RequestTimedOut,
+            TopicError::Write(_) => ResponseError::UnknownServerError,
+            TopicError::Storage(_) => ResponseError::KafkaStorageError,
             TopicError::ShardStopped(_) => ResponseError::RequestTimedOut,
         }
     }
@@ -97,8 +106,8 @@ pub fn check_partition_count(shard: &Shard, count: i32) -> Result<(), TopicError
     Ok(())
 }
 
-/// Creates a topic: validates, records it in the catalog, opens its partitions on their shards.
-/// With `validate_only` nothing is changed.
+/// Creates a topic: validates it, then has the metadata group create it on every node. With
+/// `validate_only` nothing is changed.
 pub async fn create_topic(
     shard: &Rc<Shard>,
     name: &str,
@@ -108,25 +117,29 @@ pub async fn create_topic(
 ) -> Result<Option<Arc<Topic>>, TopicError> {
     validate_topic_name(name).map_err(TopicError::InvalidName)?;
     check_partition_count(shard, partitions)?;
-    let catalog = &shard.node.catalog;
-    let _change = catalog.lock().await;
-    if catalog.get(name).is_some() {
+    let node = &shard.node;
+    let _change = node.catalog.lock().await;
+    if node.catalog.get(name).is_some() {
         return Err(TopicError::AlreadyExists(name.to_string()));
     }
     if validate_only {
         return Ok(None);
     }
-    let topic = catalog.insert(name, partitions, config)?;
-    open_partitions(shard, &topic, 0..partitions).await?;
-    tracing::info!(topic = name, partitions, "created topic");
-    Ok(Some(topic))
+    let id = uuid::Uuid::new_v4();
+    let placement = metadata_group::place(node, id, 0..partitions);
+    propose(node, TopicChange::Create { name: name.to_string(), id, config, placement }).await?;
+    match node.catalog.get(name) {
+        Some(topic) if topic.id == id => Ok(Some(topic)),
+        // A request on another node created it first.
+        _ => Err(TopicError::AlreadyExists(name.to_string())),
+    }
 }
 
-/// Adds partitions to a topic, up to `count` in total.
+/// Adds partitions to a topic, up to `count` in total, placed over the nodes like a new topic's.
 pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
-    let catalog = &shard.node.catalog;
-    let _change = catalog.lock().await;
-    let topic = catalog.get(name).ok_or(TopicError::Unknown)?;
+    let node = &shard.node;
+    let _change = node.catalog.lock().await;
+    let topic = node.catalog.get(name).ok_or(TopicError::Unknown)?;
     if is_internal(name) {
         return Err(TopicError::Internal(name.to_string()));
     }
@@ -138,56 +151,45 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
     if validate_only {
         return Ok(());
     }
-    let grown = catalog.set_partition_count(&topic, count)?;
-    open_partitions(shard, &grown, current..count).await?;
-    tracing::info!(topic = name, from = current, to = count, "added partitions");
-    Ok(())
+    let mut placement = topic.placement();
+    placement.extend(metadata_group::place(node, topic.id, current..count));
+    propose(node, TopicChange::AddPartitions { id: topic.id, placement }).await?;
+    match node.catalog.get_by_id(topic.id) {
+        Some(grown) if grown.partitions.len() as i32 >= count => Ok(()),
+        _ => Err(TopicError::Unknown),
+    }
 }
 
-/// Deletes a topic: removes it from the catalog, then closes and deletes its partitions.
+/// Deletes a topic: the metadata group removes it from every node, each closing and deleting the
+/// partitions it holds.
 pub async fn delete_topic(shard: &Rc<Shard>, topic: &Arc<Topic>) -> Result<(), TopicError> {
     if is_internal(&topic.name) {
         return Err(TopicError::Internal(topic.name.clone()));
     }
-    let catalog = &shard.node.catalog;
-    let _change = catalog.lock().await;
-    match catalog.get(&topic.name) {
+    let node = &shard.node;
+    let _change = node.catalog.lock().await;
+    match node.catalog.get(&topic.name) {
         Some(current) if current.id == topic.id => {}
         _ => return Err(TopicError::Unknown),
     }
-    catalog.remove(topic)?;
-    let mut pending = Vec::new();
-    for (index, meta) in topic.partitions.iter().enumerate() {
-        let id = topic.id;
-        let dir = shard.node.partition_dir(&topic.name, index as i32);
-        let reply = shard.node.mesh.call(shard, meta.shard, move |owner| {
-            owner.remove_partition(id, index as i32);
-            discard_dir(&dir)
-        });
-        pending.push(reply.await);
-    }
-    for reply in pending {
-        if let Err(e) = reply.await? {
-            tracing::warn!(topic = %topic.name, error = %e, "could not remove a deleted partition's files");
-        }
-    }
-    tracing::info!(topic = %topic.name, "deleted topic");
-    Ok(())
+    propose(node, TopicChange::Delete { id: topic.id }).await
 }
 
-/// Opens (creating) partitions `range` of `topic` on their owning shards.
-async fn open_partitions(shard: &Rc<Shard>, topic: &Arc<Topic>, range: std::ops::Range<i32>) -> Result<(), TopicError> {
-    let mut pending = Vec::new();
-    for index in range {
-        let meta = topic.partition(index).expect("partition in range");
-        let topic = topic.clone();
-        let reply = shard.node.mesh.call(shard, meta.shard, move |owner| open_partition(owner, &topic, index));
-        pending.push(reply.await);
-    }
-    for reply in pending {
-        reply.await??;
-    }
-    Ok(())
+/// Proposes a topic change through the metadata group, on the shard that hosts it.
+async fn propose(node: &Arc<Node>, change: TopicChange) -> Result<(), TopicError> {
+    let outcome = node
+        .mesh
+        .run_on(metadata_group::METADATA_SHARD, move |owner| async move {
+            match owner.metadata() {
+                Some(group) => group.propose(&change).await,
+                None => Err(WriteError::NotLeader(None)),
+            }
+        })
+        .await?;
+    outcome.map_err(|e| match e {
+        WriteError::NotLeader(_) | WriteError::Unreachable { .. } => TopicError::NotController(e),
+        e => TopicError::Write(e),
+    })
 }
 
 /// Creates a new partition's log on its owning shard. Leftover files under the same directory

@@ -179,30 +179,9 @@ impl PartitionRunner {
         let group = Raft::new(raft.node_id, raft.config.clone(), network, store, machine)
             .await
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
-        let fatal = |e: openraft::error::Fatal<u64>| format!("its Raft group failed: {e}");
-        if !group.is_initialized().await.map_err(fatal)? {
-            // Every member initializes with the same membership (openraft allows it); the
-            // preferred leader then stands for election at once.
-            group.initialize(raft.members.clone()).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
-            if raft.preferred_leader == raft.node_id && raft.members.len() > 1 {
-                tokio::task::spawn_local(stand_for_election(group.clone()));
-            }
-        }
-        let has_voters = |m: &openraft::RaftMetrics<u64, BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
-        let metrics = group.wait(Some(STARTUP_TIMEOUT)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
-        let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
-        let configured: Vec<u64> = raft.members.keys().copied().collect();
-        if !voters.contains(&raft.node_id) {
-            return Err(format!(
-                "its Raft group's voters are {voters:?}, which do not include node.id {}; this data directory belongs to another node",
-                raft.node_id
-            ));
-        }
-        if voters != configured {
-            return Err(format!(
-                "its Raft group's voters are {voters:?} but cluster.nodes lists {configured:?}; changing the nodes of an existing cluster is not supported"
-            ));
-        }
+        crate::raft::join_group(&group, raft.node_id, &raft.members, raft.preferred_leader, STARTUP_TIMEOUT)
+            .await?;
+        let voters: Vec<u64> = raft.members.keys().copied().collect();
         let _ = runner.raft.set(group);
         tokio::task::spawn_local(runner.clone().follow_leadership());
         tokio::task::spawn_local(runner.clone().timer_loop());
@@ -627,20 +606,6 @@ impl PartitionRunner {
 
     pub fn group_count(&self) -> usize {
         self.state.borrow().groups.len()
-    }
-}
-
-/// A new group's preferred leader asks for votes until some node leads: the other nodes may not
-/// be up yet when it first tries, and it should win before their own timers fire.
-async fn stand_for_election(raft: Raft) {
-    for _ in 0..100 {
-        if raft.metrics().borrow().current_leader.is_some() {
-            return;
-        }
-        if raft.trigger().elect().await.is_err() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -11,8 +11,8 @@
 //!   [`Command`] in its log, holding records in Kafka's `__consumer_offsets` key/value layouts so
 //!   the internal topic can be served to tools that read it. Raft `apply` replays them through the
 //!   same sans-I/O group state machine the leader runs.
-//! - **One metadata group** (topics, partition placement, cluster membership) is the design's
-//!   next step; it is not built yet.
+//! - **One metadata group**: the topics, their configs and the node each partition is placed on
+//!   (`crate::cluster::metadata_group`). Every node applies its entries to its topic catalog.
 //!
 //! A single node is a one-voter cluster: the same code path, durable on its own disk. Heartbeat
 //! liveness stays in memory on the leader, as in Kafka; it is never logged.
@@ -27,8 +27,8 @@
 //! - [`transport`]: the network of a cluster: every group's RPCs to one peer share one TCP
 //!   connection, and peers' requests are run on the shard that owns their group.
 //!
-//! The coordinator's state machine is `crate::coordinator::replicated`. Without the metadata group,
-//! each node keeps its own topics.
+//! The coordinator's state machine is `crate::coordinator::replicated`; the metadata group's is
+//! `crate::cluster::metadata_group`.
 //!
 //! # Runtime
 //!
@@ -108,18 +108,88 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
 /// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
 /// records.
 pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    let keep = openraft::Config::default().max_in_snapshot_log_to_keep;
+    group_config("corral-coordinator", preferred_leader, openraft::SnapshotPolicy::Never, keep)
+}
+
+/// Timers of the metadata group: as a coordinator partition's. Its entries are single topic
+/// changes, so a snapshot (the whole catalog, small) every thousand of them bounds what a restart
+/// replays; the log is purged up to each snapshot, and a node that lags further installs it.
+pub fn metadata_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    group_config("corral-metadata", preferred_leader, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
+}
+
+/// Entries of the metadata group between two snapshots.
+pub const METADATA_SNAPSHOT_EVERY: u64 = 1000;
+
+fn group_config(
+    name: &str,
+    preferred_leader: bool,
+    snapshot_policy: openraft::SnapshotPolicy,
+    keep_after_snapshot: u64,
+) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+
     // A voter refuses to elect anyone while it heard from a leader within its own maximum, so
     // after a leader dies a new one is elected after about max + min of the others' range.
     let (election_timeout_min, election_timeout_max) = if preferred_leader { (300, 600) } else { (450, 900) };
     let config = openraft::Config {
-        cluster_name: "corral-coordinator".into(),
+        cluster_name: name.into(),
         heartbeat_interval: 100,
         election_timeout_min,
         election_timeout_max,
-        snapshot_policy: openraft::SnapshotPolicy::Never,
+        snapshot_policy,
+        max_in_snapshot_log_to_keep: keep_after_snapshot,
         ..Default::default()
     };
     Ok(std::sync::Arc::new(config.validate().map_err(Box::new)?))
+}
+
+/// Brings up a group that has just been started: a new group is initialized with `members`
+/// (every member does so alike; openraft allows it) and its preferred leader stands for election
+/// at once. Refuses a group whose voters are not the configured nodes.
+pub async fn join_group(
+    raft: &Raft,
+    node_id: NodeId,
+    members: &std::collections::BTreeMap<NodeId, openraft::BasicNode>,
+    preferred_leader: NodeId,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let fatal = |e: openraft::error::Fatal<NodeId>| format!("its Raft group failed: {e}");
+    if !raft.is_initialized().await.map_err(fatal)? {
+        raft.initialize(members.clone()).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
+        if preferred_leader == node_id && members.len() > 1 {
+            tokio::task::spawn_local(stand_for_election(raft.clone()));
+        }
+    }
+    let has_voters = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
+    let metrics = raft.wait(Some(timeout)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
+    let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
+    let configured: Vec<NodeId> = members.keys().copied().collect();
+    if !voters.contains(&node_id) {
+        return Err(format!(
+            "its Raft group's voters are {voters:?}, which do not include node.id {node_id}; this data directory belongs to another node"
+        ));
+    }
+    if voters != configured {
+        return Err(format!(
+            "its Raft group's voters are {voters:?} but cluster.nodes lists {configured:?}; changing the nodes of an existing cluster is not supported"
+        ));
+    }
+    Ok(())
+}
+
+/// A new group's preferred leader asks for votes until some node leads: the other nodes may not
+/// be up yet when it first tries, and it should win before their own timers fire.
+async fn stand_for_election(raft: Raft) {
+    for _ in 0..100 {
+        if raft.metrics().borrow().current_leader.is_some() {
+            return;
+        }
+        if raft.trigger().elect().await.is_err() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The application data of a log entry: an opaque payload. The coordinator puts encoded

@@ -11,9 +11,11 @@
 //! ```
 //!
 //! `id` pairs a response with its request (responses come back in any order); `group` is the
-//! coordinator partition; `kind` is append-entries, vote or install-snapshot. Payloads are
+//! coordinator partition, or [`METADATA_GROUP`]; `kind` is append-entries, vote or
+//! install-snapshot, or (metadata group only) a topic change forwarded to its leader. Payloads are
 //! openraft's own messages in postcard's binary serde form: the request, then the `Result` the
-//! peer's Raft returned. A status other than OK carries a UTF-8 reason (the group is not running
+//! peer's Raft returned; a forwarded change is its JSON entry, answered by the `Result` of writing
+//! it. A status other than OK carries a UTF-8 reason (the group is not running
 //! there yet, a payload did not decode) and reads as "unreachable" to openraft, which retries.
 //!
 //! # Threads
@@ -42,7 +44,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
-use super::{NodeId, TypeConfig};
+use super::{LogId, NodeId, TypeConfig};
+use crate::cluster::metadata_group::{WriteError, METADATA_GROUP, METADATA_SHARD};
 use crate::node::Node;
 use crate::runtime::Shard;
 
@@ -53,6 +56,8 @@ const QUEUE: usize = 4096;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// After a failed connect, requests fail at once for this long instead of each trying again.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(200);
+/// How long a forwarded topic change may take (the leader gives up on its write after 10 s).
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(12);
 
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
@@ -63,6 +68,8 @@ enum Kind {
     AppendEntries = 1,
     Vote = 2,
     InstallSnapshot = 3,
+    /// A topic change for the metadata group's leader to write.
+    Propose = 4,
 }
 
 impl Kind {
@@ -71,6 +78,7 @@ impl Kind {
             1 => Some(Kind::AppendEntries),
             2 => Some(Kind::Vote),
             3 => Some(Kind::InstallSnapshot),
+            4 => Some(Kind::Propose),
             _ => None,
         }
     }
@@ -138,6 +146,19 @@ impl Peers {
         let gone = || LinkError::Unreachable { node: target, addr: String::new(), reason: "link stopped".into() };
         link.send(Outgoing { group, kind, payload, reply }).await.map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
+    }
+
+    /// Has node `leader` write a topic change as the metadata group's leader; returns the id of
+    /// its entry once written.
+    pub async fn propose(&self, leader: NodeId, change: Bytes) -> Result<LogId, WriteError> {
+        let unreachable = |reason: String| WriteError::Unreachable { node: leader, reason };
+        let sent = self.send(leader, METADATA_GROUP, Kind::Propose, change);
+        let body = match tokio::time::timeout(PROPOSE_TIMEOUT, sent).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => return Err(unreachable(format!("no answer within {PROPOSE_TIMEOUT:?}"))),
+        };
+        decode::<Result<LogId, WriteError>>(&body).map_err(unreachable)?
     }
 }
 
@@ -319,7 +340,10 @@ async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAd
 /// Runs a request on the shard that owns its group.
 async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Result<Bytes, String> {
     let kind = Kind::from_u8(kind).ok_or_else(|| format!("unknown request kind {kind}"))?;
-    let owner = *node.coordinator_shards.get(group as usize).ok_or_else(|| format!("no coordinator partition {group}"))?;
+    let owner = match group {
+        METADATA_GROUP => METADATA_SHARD,
+        _ => *node.coordinator_shards.get(group as usize).ok_or_else(|| format!("no coordinator partition {group}"))?,
+    };
     node.mesh
         .run_on(owner, move |shard| handle(shard, group, kind, payload))
         .await
@@ -328,12 +352,21 @@ async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Res
 
 /// Hands a request to the group's Raft; returns its `Result`, encoded.
 async fn handle(shard: Rc<Shard>, group: u32, kind: Kind, payload: Bytes) -> Result<Bytes, String> {
-    let runner = shard.coordinator(group as i32).ok_or_else(|| format!("coordinator partition {group} is not running here yet"))?;
-    let raft = runner.raft().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?;
+    let raft = if group == METADATA_GROUP {
+        let metadata = shard.metadata().ok_or("the metadata group is not running here yet")?;
+        if kind == Kind::Propose {
+            return encode(&metadata.write(payload).await);
+        }
+        metadata.raft().clone()
+    } else {
+        let runner = shard.coordinator(group as i32).ok_or_else(|| format!("coordinator partition {group} is not running here yet"))?;
+        runner.raft().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?
+    };
     match kind {
         Kind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
         Kind::Vote => encode(&raft.vote(decode(&payload)?).await),
         Kind::InstallSnapshot => encode(&raft.install_snapshot(decode(&payload)?).await),
+        Kind::Propose => Err(format!("group {group} takes no proposals from peers")),
     }
 }
 

@@ -1,18 +1,18 @@
 //! A shard: one OS thread, one single-threaded tokio runtime, and the state it owns.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
-use openraft::BasicNode;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::mesh::{self, Job, ShardId};
+use crate::cluster::metadata_group::{MetadataGroup, METADATA_GROUP, METADATA_SHARD};
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
 use crate::raft::network::SoloNetwork;
 use crate::metrics::ShardMetrics;
@@ -32,6 +32,8 @@ pub struct Shard {
     partitions: RefCell<HashMap<PartitionKey, Rc<Partition>>>,
     /// The coordinator partitions this shard owns, by `__consumer_offsets` partition.
     coordinators: RefCell<HashMap<i32, Rc<PartitionRunner>>>,
+    /// The metadata group, on its shard.
+    metadata: OnceCell<Rc<MetadataGroup>>,
 }
 
 impl Shard {
@@ -42,6 +44,7 @@ impl Shard {
             node,
             partitions: RefCell::new(HashMap::new()),
             coordinators: RefCell::new(HashMap::new()),
+            metadata: OnceCell::new(),
         }
     }
 
@@ -62,6 +65,11 @@ impl Shard {
         self.coordinators.borrow().get(&partition).cloned()
     }
 
+    /// The metadata group, on the shard that hosts it once it has started.
+    pub fn metadata(&self) -> Option<Rc<MetadataGroup>> {
+        self.metadata.get().cloned()
+    }
+
     /// Every coordinator partition on this shard.
     pub fn coordinators(&self) -> Vec<Rc<PartitionRunner>> {
         self.coordinators.borrow().values().cloned().collect()
@@ -71,13 +79,13 @@ impl Shard {
         self.partitions.borrow().iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
-    /// Opens every partition of the catalog that this shard owns.
+    /// Opens every partition of the catalog that this shard owns (of those placed on this node).
     fn open_partitions(&self) -> Result<(), String> {
         let node = &self.node;
         let now = crate::clock::now_ms();
         for topic in node.catalog.all() {
             for (index, meta) in topic.partitions.iter().enumerate() {
-                if meta.shard != self.id {
+                if meta.shard != self.id || meta.leader != node.node_id {
                     continue;
                 }
                 let dir = node.partition_dir(&topic.name, index as i32);
@@ -110,11 +118,7 @@ impl Shard {
         let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
         let me = node.node_id as u64;
         let cluster = &node.config.cluster;
-        let members: BTreeMap<u64, BasicNode> = if cluster.is_multi_node() {
-            cluster.nodes.iter().map(|n| (n.id as u64, BasicNode::new(n.raft.clone()))).collect()
-        } else {
-            BTreeMap::from([(me, BasicNode::new(format!("{}:{}", node.advertised.0, node.advertised.1)))])
-        };
+        let members = node.raft_members();
         let voters: Vec<u64> = members.keys().copied().collect();
         let mut starting = Vec::new();
         for (index, meta) in topic.partitions.iter().enumerate() {
@@ -144,10 +148,30 @@ impl Shard {
         Ok(())
     }
 
-    /// Stops the coordinator partitions' Raft groups (clean shutdown).
-    async fn stop_coordinators(&self) {
+    /// Starts the metadata group (on its shard only), after the shard serves its inbox: applying
+    /// a topic change opens partitions on every shard.
+    async fn start_metadata(self: &Rc<Self>) -> Result<(), String> {
+        if self.id != METADATA_SHARD {
+            return Ok(());
+        }
+        let members = self.node.raft_members();
+        let group = if self.node.config.cluster.is_multi_node() {
+            MetadataGroup::start(self, members, self.node.peers.network(METADATA_GROUP)).await
+        } else {
+            MetadataGroup::start(self, members, SoloNetwork).await
+        };
+        let group = group.map_err(|e| format!("metadata group: {e}"))?;
+        let _ = self.metadata.set(group);
+        Ok(())
+    }
+
+    /// Stops the coordinator partitions' Raft groups and the metadata group (clean shutdown).
+    async fn stop_raft_groups(&self) {
         let runners: Vec<_> = self.coordinators.borrow_mut().drain().map(|(_, r)| r).collect();
         futures_util::future::join_all(runners.iter().map(|r| r.shutdown())).await;
+        if let Some(metadata) = self.metadata() {
+            metadata.shutdown().await;
+        }
     }
 
     /// Syncs and closes every partition (clean shutdown).
@@ -204,6 +228,11 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         return Err(e);
     }
     tokio::task::spawn_local(mesh::serve_inbox(shard.clone(), inbox));
+    if let Err(e) = shard.start_metadata().await {
+        let _ = started.send(Err(e.clone()));
+        drained.wait().await;
+        return Err(e);
+    }
     tokio::task::spawn_local(super::background::retention(shard.clone()));
     if node.config.storage.flush_ms > 0 {
         tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));
@@ -229,6 +258,6 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         tracing::warn!(shard = id, open = connections.len(), "grace period over; closing remaining connections");
     }
     drained.wait().await;
-    shard.stop_coordinators().await;
+    shard.stop_raft_groups().await;
     shard.close_partitions()
 }

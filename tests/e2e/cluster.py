@@ -17,7 +17,7 @@ import time
 
 from conftest import CorralServer
 from groupwire import find_coordinator_v1, parse_find_coordinator_v1
-from kafkawire import Conn
+from kafkawire import Conn, Reader, array, i16, i32, request, string
 
 
 class Relay:
@@ -176,6 +176,92 @@ nodes = [
                 return nodes.pop()
             assert time.monotonic() < deadline, f"no agreed coordinator for {group}: {answers}"
             time.sleep(0.05)
+
+
+    def topic_as_seen_by(self, i: int, topic: str) -> tuple[int, int, list[int]]:
+        """(controller id, topic error code, leader of each partition) from node i's Metadata."""
+        conn = Conn(f"127.0.0.1:{self.kafka[i]}")
+        try:
+            conn.send(metadata_v4(1, [topic]))
+            controller, topics = parse_metadata_v4(conn.recv_frame())
+            error, leaders = topics[topic]
+            return controller, error, leaders
+        finally:
+            conn.close()
+
+    def wait_for_topic(self, topic: str, partitions: int, among: list[int] | None = None, timeout: float = 30.0) -> list[int]:
+        """Waits until every node in `among` reports `topic` with `partitions` partitions and the
+        same leaders; returns the leaders."""
+        among = list(range(self.size)) if among is None else among
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = {i: self.topic_as_seen_by(i, topic) for i in among}
+            layouts = {tuple(leaders) for _, error, leaders in seen.values() if error == 0}
+            if len(layouts) == 1 and all(e == 0 and len(l) == partitions for _, e, l in seen.values()):
+                return list(layouts.pop())
+            assert time.monotonic() < deadline, f"nodes disagree on {topic}: {seen}"
+            time.sleep(0.05)
+
+    def create_topic(self, topic: str, partitions: int, via: int = 0) -> list[int]:
+        """Creates a topic by a raw CreateTopics sent to node `via` (whichever node leads the
+        metadata group), waits until every node has it, and returns its partitions' leaders."""
+        conn = Conn(f"127.0.0.1:{self.kafka[via]}")
+        try:
+            conn.send(create_topics_v2(1, topic, partitions))
+            errors = parse_create_topics_v2(conn.recv_frame())
+        finally:
+            conn.close()
+        assert errors == {topic: 0}, errors
+        return self.wait_for_topic(topic, partitions)
+
+
+API_METADATA = 3
+API_CREATE_TOPICS = 19
+
+
+def metadata_v4(correlation_id: int, topics: list[str]) -> bytes:
+    """Metadata v4 without auto topic creation (v0-v3 create the topics they name)."""
+    return request(API_METADATA, 4, correlation_id, array([string(t) for t in topics]) + b"\x00")
+
+
+def parse_metadata_v4(frame: bytes) -> tuple[int, dict[str, tuple[int, list[int]]]]:
+    """(controller id, {topic: (error code, leader of each partition in partition order)})."""
+    r = Reader(frame)
+    r.take("i"), r.take("i")  # correlation id, throttle time
+    for _ in range(r.take("i")):
+        r.take("i"), r.string(), r.take("i"), r.string()  # broker: id, host, port, rack
+    r.string()  # cluster id
+    controller = r.take("i")
+    topics = {}
+    for _ in range(r.take("i")):
+        error, name, _internal = r.take("h"), r.string(), r.take("b")
+        leaders = {}
+        for _ in range(r.take("i")):
+            _err, index, leader = r.take("h"), r.take("i"), r.take("i")
+            [r.take("i") for _ in range(r.take("i"))]
+            [r.take("i") for _ in range(r.take("i"))]
+            leaders[index] = leader
+        topics[name] = (error, [leaders[p] for p in sorted(leaders)])
+    assert r.done()
+    return controller, topics
+
+
+def create_topics_v2(correlation_id: int, topic: str | list[str], partitions: int) -> bytes:
+    topics = [topic] if isinstance(topic, str) else topic
+    specs = [string(t) + i32(partitions) + i16(1) + array([]) + array([]) for t in topics]
+    return request(API_CREATE_TOPICS, 2, correlation_id, array(specs) + i32(30000) + b"\x00")
+
+
+def parse_create_topics_v2(frame: bytes) -> dict[str, int]:
+    """{topic: error code}."""
+    r = Reader(frame)
+    r.take("i"), r.take("i")  # correlation id, throttle time
+    out = {}
+    for _ in range(r.take("i")):
+        name, error, _message = r.string(), r.take("h"), r.string()
+        out[name] = error
+    assert r.done()
+    return out
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -5,8 +5,8 @@ Each coordinator partition is a Raft group of the three nodes; its leader is the
 checker records every acknowledged commit: none may be missing afterwards, committed offsets never
 go backwards, and the node that was down or cut off converges to the same offsets.
 
-Topics are kept by each node on its own (there is no metadata group yet), so the test creates its
-topic on every node.
+Topics are replicated by the metadata group: the test creates its topic once and waits until every
+node has it.
 """
 
 from __future__ import annotations
@@ -121,10 +121,10 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[tuple[str, int], i
 
 
 def create_everywhere(cluster: Cluster, topic: str) -> None:
-    for port in cluster.kafka:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-        for future in admin.create_topics([NewTopic(topic, PARTITIONS)]).values():
-            future.result(30)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS)]).values():
+        future.result(30)
+    cluster.wait_for_topic(topic, PARTITIONS)
 
 
 def converged(cluster: Cluster, node: int, group: str, topic: str, expected: dict) -> bool:

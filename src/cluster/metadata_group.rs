@@ -1,0 +1,400 @@
+//! The metadata Raft group: the cluster's topics, their configs and the node each partition is
+//! placed on.
+//!
+//! One group of every node, hosted on shard [`METADATA_SHARD`]. A topic request on any node is
+//! checked against that node's catalog, then proposed as a [`TopicChange`]: written by the
+//! group's leader, or forwarded to it over the Raft links when another node leads. Every node
+//! applies the committed changes in log order to its own [`Catalog`](super::catalog::Catalog):
+//! it opens the partitions placed on it, publishes the topic, and writes the catalog with the id
+//! of the entry, so after a restart only the entries that follow are applied again. The node
+//! that proposed a change answers its client once the change is applied there too, so the client's
+//! next Metadata request to it sees the topic.
+//!
+//! A snapshot is the catalog's replicated topics; installing one (a node that was away while the
+//! log was purged) creates, grows and deletes topics until the catalog matches it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Cursor;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{AnyError, BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use uuid::Uuid;
+
+use super::catalog::{StoredTopic, Topic};
+use super::topic_config::TopicConfig;
+use crate::node::Node;
+use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
+use crate::runtime::{Shard, ShardId};
+
+/// The metadata group's id on the Raft links (coordinator partitions use their index).
+pub const METADATA_GROUP: u32 = u32::MAX;
+/// The shard that hosts the metadata group.
+pub const METADATA_SHARD: ShardId = 0;
+/// How long a topic change may take to commit, and to be applied on the node that asked for it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One entry of the metadata group's log.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum TopicChange {
+    /// A new topic; `placement` holds the node of each partition.
+    Create { name: String, id: Uuid, config: TopicConfig, placement: Vec<i32> },
+    /// A topic grown: `placement` is the whole topic's, existing partitions first.
+    AddPartitions { id: Uuid, placement: Vec<i32> },
+    Delete { id: Uuid },
+}
+
+/// Why a topic change was not made. Travels back to the node that forwarded it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum WriteError {
+    /// This node does not lead the metadata group; the leader, if known, is named.
+    #[error("this node is not the controller (the metadata group's leader is {0:?})")]
+    NotLeader(Option<u64>),
+    #[error("the controller (node {node}) could not be reached: {reason}")]
+    Unreachable { node: u64, reason: String },
+    #[error("the topic change was not committed within {0:?}")]
+    Timeout(Duration),
+    #[error("the metadata group failed: {0}")]
+    Failed(String),
+}
+
+/// Chooses the node of each partition in `range`: round-robin over the cluster's nodes (in id
+/// order) from a starting node derived from the topic id, as partitions spread over shards.
+pub fn place(node: &Node, topic_id: Uuid, range: std::ops::Range<i32>) -> Vec<i32> {
+    let nodes: Vec<i32> = node.brokers.keys().copied().collect();
+    range.map(|p| nodes[super::catalog::shard_for(topic_id, p, nodes.len())]).collect()
+}
+
+/// The running metadata group on this node.
+pub struct MetadataGroup {
+    raft: Raft,
+    node: Arc<Node>,
+}
+
+impl std::fmt::Debug for MetadataGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataGroup").field("leader", &self.raft.metrics().borrow().current_leader).finish()
+    }
+}
+
+impl MetadataGroup {
+    /// Starts the group on its shard. A single node returns once it leads its one-voter group;
+    /// in a cluster the group elects a leader in the background.
+    pub async fn start<N: openraft::RaftNetworkFactory<TypeConfig>>(
+        shard: &Rc<Shard>,
+        members: BTreeMap<u64, BasicNode>,
+        network: N,
+    ) -> Result<Rc<MetadataGroup>, String> {
+        let node = shard.node.clone();
+        let me = node.node_id as u64;
+        let preferred = *members.keys().next().ok_or("the metadata group has no members")?;
+        let dir = node.metadata_raft_dir();
+        let store = crate::raft::RaftLogStore::open(&dir, crate::raft::LogStoreConfig::default())
+            .await
+            .map_err(|e| format!("cannot open its Raft log in {}: {e}", dir.display()))?;
+        let config = crate::raft::metadata_config(preferred == me).map_err(|e| format!("Raft config: {e}"))?;
+        let machine = MetadataStateMachine { node: node.clone(), current: None };
+        let raft = Raft::new(me, config, network, store, machine).await.map_err(|e| format!("cannot start its Raft group: {e}"))?;
+        crate::raft::join_group(&raft, me, &members, preferred, STARTUP_TIMEOUT).await?;
+        let group = Rc::new(MetadataGroup { raft, node });
+        tokio::task::spawn_local(group.clone().follow_leader());
+        if members.len() == 1 {
+            group
+                .raft
+                .wait(Some(STARTUP_TIMEOUT))
+                .metrics(|m| m.current_leader == Some(me), "leads")
+                .await
+                .map_err(|e| format!("did not take the lead of its one-voter Raft group: {e}"))?;
+        }
+        Ok(group)
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Publishes the group's leader to every shard (Metadata names it as the controller).
+    async fn follow_leader(self: Rc<Self>) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let leader = metrics.borrow().current_leader.map_or(-1, |l| l as i64);
+            self.node.metadata_leader.store(leader, Ordering::Release);
+            if metrics.changed().await.is_err() {
+                self.node.metadata_leader.store(-1, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// Writes an encoded [`TopicChange`] as this group's leader. Returns once it is committed and
+    /// applied here.
+    pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
+        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
+            Ok(Ok(written)) => Ok(written.log_id),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to)))) => Err(WriteError::NotLeader(to.leader_id)),
+            Ok(Err(e)) => Err(WriteError::Failed(e.to_string())),
+            Err(_) => Err(WriteError::Timeout(WRITE_TIMEOUT)),
+        }
+    }
+
+    /// Makes a topic change: writes it if this node leads, otherwise forwards it to the leader and
+    /// waits until it is applied here as well.
+    pub async fn propose(&self, change: &TopicChange) -> Result<(), WriteError> {
+        let encoded = Bytes::from(serde_json::to_vec(change).map_err(|e| WriteError::Failed(e.to_string()))?);
+        let leader = match self.write(encoded.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(WriteError::NotLeader(Some(leader))) if leader != self.node.node_id as u64 => leader,
+            Err(e) => return Err(e),
+        };
+        let log_id = self.node.peers.propose(leader, encoded).await?;
+        self.raft
+            .wait(Some(WRITE_TIMEOUT))
+            .applied_index_at_least(Some(log_id.index), "topic change applied")
+            .await
+            .map(drop)
+            .map_err(|_| WriteError::Timeout(WRITE_TIMEOUT))
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "metadata group did not shut down cleanly");
+        }
+    }
+}
+
+/// Applies one topic change to this node's catalog and partitions. A change that no longer fits
+/// (a topic created twice by racing requests, grown or deleted after it was deleted) is skipped:
+/// every node skips it alike, and the node that proposed it reads the outcome from its catalog.
+async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogId>) {
+    let catalog = &node.catalog;
+    match change {
+        TopicChange::Create { name, id, config, placement } => {
+            if catalog.get_by_id(id).is_some() || catalog.get(&name).is_some() {
+                tracing::debug!(topic = %name, ?log_id, "skipped creating a topic that exists");
+                return;
+            }
+            let count = placement.len() as i32;
+            let topic = catalog.build(name, id, config, placement, None);
+            open_local(node, &topic, 0..count).await;
+            catalog.publish(topic.clone());
+            tracing::info!(topic = %topic.name, partitions = count, here = local_count(node, &topic), "created topic");
+        }
+        TopicChange::AddPartitions { id, placement } => {
+            let Some(current) = catalog.get_by_id(id) else { return };
+            let from = current.partitions.len() as i32;
+            let to = placement.len() as i32;
+            if to <= from {
+                return;
+            }
+            let grown = catalog.build(current.name.clone(), id, current.config.clone(), placement, Some(&current));
+            open_local(node, &grown, from..to).await;
+            catalog.publish(grown);
+            tracing::info!(topic = %current.name, from, to, "added partitions");
+        }
+        TopicChange::Delete { id } => {
+            let Some(topic) = catalog.get_by_id(id) else { return };
+            catalog.unpublish(&topic);
+            // The catalog is written before the files go, so a crash in between leaves only
+            // orphaned files (removed when the name is used again), never a topic without them.
+            persist(node, log_id);
+            close_local(node, &topic).await;
+            tracing::info!(topic = %topic.name, "deleted topic");
+        }
+    }
+}
+
+fn local_count(node: &Node, topic: &Topic) -> usize {
+    topic.partitions.iter().filter(|p| p.leader == node.node_id).count()
+}
+
+/// Creates the partitions in `range` placed on this node, each on its owning shard. A partition
+/// that cannot be created is logged and left out: produce and fetch to it then fail, and the
+/// node's other topics carry on.
+async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range<i32>) {
+    for index in range {
+        let Some(meta) = topic.partition(index) else { continue };
+        if meta.leader != node.node_id {
+            continue;
+        }
+        let owned = topic.clone();
+        let opened = node.mesh.run_on(meta.shard, move |owner| async move { super::open_partition(&owner, &owned, index) }).await;
+        let failed = match opened {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(topic = %topic.name, partition = index, error = %failed, "cannot create partition");
+    }
+}
+
+/// Closes and removes the partitions of a deleted topic that this node holds.
+async fn close_local(node: &Arc<Node>, topic: &Topic) {
+    for (index, meta) in topic.partitions.iter().enumerate() {
+        if meta.leader != node.node_id {
+            continue;
+        }
+        let id = topic.id;
+        let index = index as i32;
+        let dir = node.partition_dir(&topic.name, index);
+        let closed = node
+            .mesh
+            .run_on(meta.shard, move |owner| async move {
+                owner.remove_partition(id, index);
+                super::discard_dir(&dir)
+            })
+            .await;
+        if let Ok(Err(e)) = closed {
+            tracing::warn!(topic = %topic.name, partition = index, error = %e, "could not remove a deleted partition's files");
+        }
+    }
+}
+
+/// Writes the catalog with what has been applied. A failure is logged: the catalog in memory is
+/// right, and a restart re-applies the entries the file misses.
+fn persist(node: &Node, applied: Option<LogId>) {
+    let (_, membership) = node.catalog.applied();
+    if let Err(e) = node.catalog.persist_applied(applied, membership) {
+        tracing::error!(error = %e, "cannot write the topic catalog");
+    }
+}
+
+fn sm_error(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
+}
+
+type Meta = SnapshotMeta<u64, BasicNode>;
+
+/// The metadata group's state machine: this node's topic catalog.
+pub struct MetadataStateMachine {
+    node: Arc<Node>,
+    /// The last snapshot built or installed.
+    current: Option<(Meta, Rc<Vec<u8>>)>,
+}
+
+impl std::fmt::Debug for MetadataStateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataStateMachine").field("applied", &self.node.catalog.applied().0).finish()
+    }
+}
+
+/// A snapshot already taken when the builder was made.
+#[derive(Debug)]
+pub struct CatalogSnapshot(Option<Snapshot<TypeConfig>>);
+
+impl RaftSnapshotBuilder<TypeConfig> for CatalogSnapshot {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        self.0.take().ok_or_else(|| sm_error("snapshot builder used twice"))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
+    type SnapshotBuilder = CatalogSnapshot;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok(self.node.catalog.applied())
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        for entry in entries {
+            let catalog = &self.node.catalog;
+            match entry.payload {
+                EntryPayload::Blank => persist(&self.node, Some(entry.log_id)),
+                EntryPayload::Normal(command) => {
+                    let change: TopicChange = serde_json::from_slice(command.payload()).map_err(|e| {
+                        StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(format!("undecodable topic change: {e}"))))
+                    })?;
+                    apply_change(&self.node, change, Some(entry.log_id)).await;
+                    persist(&self.node, Some(entry.log_id));
+                }
+                EntryPayload::Membership(membership) => {
+                    let stored = StoredMembership::new(Some(entry.log_id), membership);
+                    catalog.persist_applied(Some(entry.log_id), stored).map_err(sm_error)?;
+                }
+            }
+            replies.push(());
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> CatalogSnapshot {
+        let (last_log_id, last_membership) = self.node.catalog.applied();
+        let data = match serde_json::to_vec(&self.node.catalog.replicated()) {
+            Ok(data) => Rc::new(data),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode the catalog for a snapshot");
+                return CatalogSnapshot(None);
+            }
+        };
+        let meta = SnapshotMeta {
+            last_log_id,
+            last_membership,
+            snapshot_id: format!("{}-{}", last_log_id.map_or(0, |l| l.leader_id.term), last_log_id.map_or(0, |l| l.index)),
+        };
+        self.current = Some((meta.clone(), data.clone()));
+        CatalogSnapshot(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.as_ref().clone())) }))
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let wanted: Vec<StoredTopic> = serde_json::from_slice(&data)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
+        install(&self.node, &wanted, meta).await.map_err(sm_error)?;
+        self.current = Some((meta.clone(), Rc::new(data)));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self
+            .current
+            .as_ref()
+            .map(|(meta, data)| Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.as_ref().clone())) }))
+    }
+}
+
+/// Makes the catalog match a snapshot: topics it lacks are deleted, new ones created, grown ones
+/// grown. The catalog is written before deleted topics' files go.
+async fn install(node: &Arc<Node>, wanted: &[StoredTopic], meta: &Meta) -> std::io::Result<()> {
+    let catalog = &node.catalog;
+    let keep: HashSet<Uuid> = wanted.iter().map(|t| t.id).collect();
+    let mut gone = Vec::new();
+    for t in catalog.replicated() {
+        if !keep.contains(&t.id) {
+            if let Some(topic) = catalog.get_by_id(t.id) {
+                catalog.unpublish(&topic);
+                gone.push(topic);
+            }
+        }
+    }
+    for t in wanted {
+        let config = t.config.clone();
+        let change = match catalog.get_by_id(t.id) {
+            None => TopicChange::Create { name: t.name.clone(), id: t.id, config, placement: t.placement.clone() },
+            Some(current) if current.partitions.len() < t.placement.len() => {
+                TopicChange::AddPartitions { id: t.id, placement: t.placement.clone() }
+            }
+            Some(_) => continue,
+        };
+        apply_change(node, change, meta.last_log_id).await;
+    }
+    catalog.persist_applied(meta.last_log_id, meta.last_membership.clone())?;
+    for topic in gone {
+        close_local(node, &topic).await;
+    }
+    tracing::info!(topics = wanted.len(), applied = ?meta.last_log_id, "installed a metadata snapshot");
+    Ok(())
+}
