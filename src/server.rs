@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::cluster::catalog::Catalog;
 use crate::cluster::producer_ids::ProducerIds;
 use crate::config::{Config, ConfigError};
@@ -58,8 +60,9 @@ pub struct Server {
     node: Arc<Node>,
     shards: Shards,
     admin: JoinHandle<()>,
-    /// The thread of the Raft links to other nodes (clusters only).
-    raft_net: Option<JoinHandle<()>>,
+    /// The thread of the Raft links to other nodes (clusters only), and what stops it once the
+    /// shards have stopped.
+    raft_net: Option<(JoinHandle<()>, CancellationToken)>,
     data_dir: PathBuf,
     _lock: File,
 }
@@ -140,7 +143,10 @@ impl Server {
             metadata_leader: std::sync::atomic::AtomicI64::new(-1),
         });
         let raft_net = match peer_tasks {
-            Some(tasks) => Some(crate::raft::transport::start(node.clone(), tasks).map_err(io)?),
+            Some(tasks) => {
+                let stop = CancellationToken::new();
+                Some((crate::raft::transport::start(node.clone(), tasks, stop.clone()).map_err(io)?, stop))
+            }
             None => None,
         };
         let shards = crate::runtime::start(node.clone(), inboxes, listeners).map_err(StartError::Shard)?;
@@ -170,7 +176,8 @@ impl Server {
     pub fn wait(self) -> Result<(), String> {
         let result = self.shards.join();
         let _ = self.admin.join();
-        if let Some(raft_net) = self.raft_net {
+        if let Some((raft_net, stop)) = self.raft_net {
+            stop.cancel();
             let _ = raft_net.join();
         }
         if result.is_ok() {

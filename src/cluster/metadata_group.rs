@@ -144,21 +144,60 @@ impl MetadataGroup {
     }
 
     /// Makes a topic change: writes it if this node leads, otherwise forwards it to the leader and
-    /// waits until it is applied here as well.
+    /// waits until it is applied here as well. While there is no leader (an election, the first
+    /// moments of a cluster) or the leader cannot be reached, it tries again until
+    /// [`WRITE_TIMEOUT`]; a change that was written but whose answer was lost is harmless to
+    /// write again (its entry is then skipped when applied).
     pub async fn propose(&self, change: &TopicChange) -> Result<(), WriteError> {
         let encoded = Bytes::from(serde_json::to_vec(change).map_err(|e| WriteError::Failed(e.to_string()))?);
-        let leader = match self.write(encoded.clone()).await {
-            Ok(_) => return Ok(()),
-            Err(WriteError::NotLeader(Some(leader))) if leader != self.node.node_id as u64 => leader,
-            Err(e) => return Err(e),
-        };
-        let log_id = self.node.peers.propose(leader, encoded).await?;
+        let me = self.node.node_id as u64;
+        let deadline = tokio::time::Instant::now() + WRITE_TIMEOUT;
+        loop {
+            let failed = match self.write(encoded.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(WriteError::NotLeader(Some(leader))) if leader != me => {
+                    match self.node.peers.propose(leader, encoded.clone()).await {
+                        Ok(log_id) => return self.wait_applied(log_id, deadline).await,
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            let retry = matches!(failed, WriteError::NotLeader(_) | WriteError::Unreachable { .. });
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !retry || remaining.is_zero() {
+                return Err(failed);
+            }
+            tracing::debug!(error = %failed, "topic change not made yet; trying again");
+            if failed == WriteError::NotLeader(None) {
+                let _ = self.raft.wait(Some(remaining)).metrics(|m| m.current_leader.is_some(), "a metadata leader").await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(50).min(remaining)).await;
+            }
+        }
+    }
+
+    async fn wait_applied(&self, log_id: LogId, deadline: tokio::time::Instant) -> Result<(), WriteError> {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_secs(1));
         self.raft
-            .wait(Some(WRITE_TIMEOUT))
+            .wait(Some(remaining))
             .applied_index_at_least(Some(log_id.index), "topic change applied")
             .await
             .map(drop)
             .map_err(|_| WriteError::Timeout(WRITE_TIMEOUT))
+    }
+
+    /// Hands the group's leadership to another node if this one leads it (clean shutdown of a
+    /// cluster node; see [`crate::raft::hand_off`]).
+    pub async fn hand_off(&self) {
+        let me = self.node.node_id as u64;
+        if self.raft.metrics().borrow().current_leader != Some(me) {
+            return;
+        }
+        match crate::raft::hand_off(&self.raft, me, METADATA_GROUP, &self.node.peers).await {
+            Ok(to) => tracing::info!(to, "handed metadata leadership over"),
+            Err(why) => tracing::info!(%why, "could not hand metadata leadership over; the others will elect a leader"),
+        }
     }
 
     pub async fn shutdown(&self) {

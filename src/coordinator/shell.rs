@@ -106,6 +106,8 @@ pub struct PartitionRunner {
     leader: Cell<Option<u64>>,
     /// This node leads the group but has heard from no quorum lately: it is cut off.
     cut_off: Cell<bool>,
+    /// The node is shutting down: it hands leadership over and never serves again.
+    leaving: Cell<bool>,
     /// The group's voters, in id order.
     voters: Vec<u64>,
     waiting: RefCell<HashMap<Token, oneshot::Sender<Response>>>,
@@ -160,6 +162,7 @@ impl PartitionRunner {
             serving_changed: Notify::new(),
             leader: Cell::new(None),
             cut_off: Cell::new(false),
+            leaving: Cell::new(false),
             voters: raft.members.keys().copied().collect(),
             waiting: RefCell::new(HashMap::new()),
             next_token: Cell::new(0),
@@ -235,7 +238,7 @@ impl PartitionRunner {
                 if self.serving.get() {
                     self.step_down(if leading { "no quorum reached" } else { "another node leads" });
                 }
-            } else if !self.serving.get() {
+            } else if !self.serving.get() && !self.leaving.get() {
                 let target = *catch_up.get_or_insert(last_log);
                 if applied >= target {
                     self.take_over(target);
@@ -590,6 +593,23 @@ impl PartitionRunner {
     /// Drops every waiter: their connections answer COORDINATOR_NOT_AVAILABLE (shutdown).
     pub fn fail_waiters(&self) {
         self.waiting.borrow_mut().clear();
+    }
+
+    /// Before a clean shutdown of a cluster node: stops serving and hands the group's leadership
+    /// to another node (see [`crate::raft::hand_off`]), if this node leads it.
+    pub async fn hand_off(&self, peers: &crate::raft::transport::Peers) {
+        self.leaving.set(true);
+        if self.serving.get() {
+            self.step_down("shutting down");
+        }
+        let Some(raft) = self.raft.get() else { return };
+        if raft.metrics().borrow().current_leader != Some(self.node_id) {
+            return;
+        }
+        match crate::raft::hand_off(raft, self.node_id, self.index as u32, peers).await {
+            Ok(to) => tracing::info!(partition = self.index, to, "handed coordinator leadership over"),
+            Err(why) => tracing::info!(partition = self.index, %why, "could not hand coordinator leadership over; the others will elect a leader"),
+        }
     }
 
     /// Stops the partition's Raft group (clean shutdown); waiting requests are dropped.

@@ -12,7 +12,8 @@
 //!
 //! `id` pairs a response with its request (responses come back in any order); `group` is the
 //! coordinator partition, or [`METADATA_GROUP`]; `kind` is append-entries, vote or
-//! install-snapshot, or (metadata group only) a topic change forwarded to its leader. Payloads are
+//! install-snapshot, a leader's request to stand for election (it is shutting down), or
+//! (metadata group only) a topic change forwarded to its leader. Payloads are
 //! openraft's own messages in postcard's binary serde form: the request, then the `Result` the
 //! peer's Raft returned; a forwarded change is its JSON entry, answered by the `Result` of writing
 //! it. A status other than OK carries a UTF-8 reason (the group is not running
@@ -43,6 +44,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
 
 use super::{LogId, NodeId, TypeConfig};
 use crate::cluster::metadata_group::{WriteError, METADATA_GROUP, METADATA_SHARD};
@@ -70,6 +72,8 @@ enum Kind {
     InstallSnapshot = 3,
     /// A topic change for the metadata group's leader to write.
     Propose = 4,
+    /// Stand for election now: the leader is shutting down and hands its leadership over.
+    Elect = 5,
 }
 
 impl Kind {
@@ -79,6 +83,7 @@ impl Kind {
             2 => Some(Kind::Vote),
             3 => Some(Kind::InstallSnapshot),
             4 => Some(Kind::Propose),
+            5 => Some(Kind::Elect),
             _ => None,
         }
     }
@@ -148,6 +153,16 @@ impl Peers {
         rx.await.map_err(|_| gone())?
     }
 
+    /// Asks node `target` to stand for election in `group` now (see [`super::hand_off`]).
+    pub async fn elect(&self, target: NodeId, group: u32) -> Result<(), String> {
+        let sent = self.send(target, group, Kind::Elect, Bytes::new());
+        let body = match tokio::time::timeout(CONNECT_TIMEOUT, sent).await {
+            Ok(result) => result.map_err(|e| e.to_string())?,
+            Err(_) => return Err(format!("node {target} did not answer in time")),
+        };
+        decode::<Result<(), String>>(&body)?
+    }
+
     /// Has node `leader` write a topic change as the metadata group's leader; returns the id of
     /// its entry once written.
     pub async fn propose(&self, leader: NodeId, change: Bytes) -> Result<LogId, WriteError> {
@@ -162,8 +177,10 @@ impl Peers {
     }
 }
 
-/// Starts the `raft-net` thread: it accepts peers' connections and keeps this node's links.
-pub fn start(node: Arc<Node>, tasks: PeerTasks) -> std::io::Result<std::thread::JoinHandle<()>> {
+/// Starts the `raft-net` thread: it accepts peers' connections and keeps this node's links until
+/// `stop` is cancelled, after the shards have stopped (a shutting-down leader hands its
+/// leadership over through these links).
+pub fn start(node: Arc<Node>, tasks: PeerTasks, stop: CancellationToken) -> std::io::Result<std::thread::JoinHandle<()>> {
     tasks.listener.set_nonblocking(true)?;
     std::thread::Builder::new().name("raft-net".into()).spawn(move || {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -186,7 +203,7 @@ pub fn start(node: Arc<Node>, tasks: PeerTasks) -> std::io::Result<std::thread::
             };
             loop {
                 tokio::select! {
-                    _ = node.shutdown.cancelled() => return,
+                    _ = stop.cancelled() => return,
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
                             let _ = stream.set_nodelay(true);
@@ -366,6 +383,7 @@ async fn handle(shard: Rc<Shard>, group: u32, kind: Kind, payload: Bytes) -> Res
         Kind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
         Kind::Vote => encode(&raft.vote(decode(&payload)?).await),
         Kind::InstallSnapshot => encode(&raft.install_snapshot(decode(&payload)?).await),
+        Kind::Elect => encode(&raft.trigger().elect().await.map_err(|e| e.to_string())),
         Kind::Propose => Err(format!("group {group} takes no proposals from peers")),
     }
 }

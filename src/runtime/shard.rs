@@ -165,6 +165,22 @@ impl Shard {
         Ok(())
     }
 
+    /// Hands the leadership of the Raft groups on this shard that this node leads to other nodes
+    /// (clusters only; clean shutdown). The groups keep running, to answer their successors.
+    async fn hand_off_leadership(&self) {
+        if !self.node.config.cluster.is_multi_node() {
+            return;
+        }
+        let runners = self.coordinators();
+        let coordinators = futures_util::future::join_all(runners.iter().map(|r| r.hand_off(&self.node.peers)));
+        let metadata = async {
+            if let Some(metadata) = self.metadata() {
+                metadata.hand_off().await;
+            }
+        };
+        futures_util::future::join(coordinators, metadata).await;
+    }
+
     /// Stops the coordinator partitions' Raft groups and the metadata group (clean shutdown).
     async fn stop_raft_groups(&self) {
         let runners: Vec<_> = self.coordinators.borrow_mut().drain().map(|(_, r)| r).collect();
@@ -251,12 +267,17 @@ async fn serve(start: ShardStart) -> Result<(), String> {
     let connections = TaskTracker::new();
     crate::net::listener::accept_loop(&shard, listener, &connections).await;
 
-    // Shutdown: finish the requests already read, within the grace period.
+    // Shutdown: hand the leadership of this shard's Raft groups to other nodes (clients then find
+    // the new coordinators at once), while the requests already read finish within the grace
+    // period.
     connections.close();
     let grace = Duration::from_millis(node.config.runtime.shutdown_grace_ms);
-    if tokio::time::timeout(grace, connections.wait()).await.is_err() {
-        tracing::warn!(shard = id, open = connections.len(), "grace period over; closing remaining connections");
-    }
+    let drain = async {
+        if tokio::time::timeout(grace, connections.wait()).await.is_err() {
+            tracing::warn!(shard = id, open = connections.len(), "grace period over; closing remaining connections");
+        }
+    };
+    futures_util::future::join(shard.hand_off_leadership(), drain).await;
     drained.wait().await;
     shard.stop_raft_groups().await;
     shard.close_partitions()

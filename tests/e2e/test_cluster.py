@@ -11,6 +11,7 @@ node has it.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -160,6 +161,37 @@ def test_coordinator_killed_mid_commit_stream_loses_no_acknowledged_commit(clust
     acked = committer.close()
     assert not committer.backwards, committer.backwards
     assert len(acked) == PARTITIONS, acked
+    assert committed(cluster.bootstrap, group, topic) == acked
+
+    cluster.nodes[old].start()
+    wait_until(lambda: converged(cluster, old, group, topic, acked), lambda: f"node {old} to catch up to {acked}")
+
+
+def test_graceful_shutdown_hands_leadership_over_first(cluster):
+    """SIGTERM to the coordinator: before it stops it hands the leadership of every group it leads
+    to a node that holds its whole log, so the member goes on at that node; nothing acknowledged
+    is lost, and the node converges when it comes back."""
+    group, topic = f"handoff-{uuid.uuid4().hex[:8]}", f"handoff-{uuid.uuid4().hex[:8]}"
+    create_everywhere(cluster, topic)
+    committer = Committer(cluster.bootstrap, group, topic)
+    wait_until(lambda: committer.count() >= 30, lambda: f"30 commits (failures: {committer.failures[-3:]})")
+
+    old = cluster.coordinator(group)
+    was_controller = cluster.topic_as_seen_by(old, "__consumer_offsets")[0] == old
+    log_from = cluster.nodes[old].log_path.stat().st_size
+    assert cluster.nodes[old].stop() == 0
+    log = cluster.nodes[old].log_path.read_text()[log_from:]
+    partition = offsets_partition(group, OFFSETS_PARTITIONS)
+    handed = re.search(rf"handed coordinator leadership over partition={partition} to=(\d+)", log)
+    assert handed, f"no hand-off of partition {partition} in the log:\n{log[-3000:]}"
+    assert ("handed metadata leadership over" in log) == was_controller
+    survivors = [i for i in range(cluster.size) if i != old]
+    assert cluster.coordinator(group, among=survivors) == int(handed.group(1))
+
+    at_stop = committer.count()
+    wait_until(lambda: committer.count() >= at_stop + 30, lambda: f"30 commits after the stop (failures: {committer.failures[-3:]})")
+    acked = committer.close()
+    assert not committer.backwards, committer.backwards
     assert committed(cluster.bootstrap, group, topic) == acked
 
     cluster.nodes[old].start()
