@@ -148,6 +148,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' data directories and logs")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="corral-failover-"))
@@ -172,7 +173,7 @@ def main() -> int:
         for mode, stop in (("kill -9", "kill9"), ("SIGTERM", "terminate")):
             times = [failover_trial(cluster, f"bench-{stop}-{trial}", stop) for trial in range(args.trials)]
             for trial, took in enumerate(times):
-                print(f"{mode} trial {trial + 1}/{args.trials}: commit acknowledged after {took:.3f} s")
+                print(f"{mode} trial {trial + 1}/{args.trials} (group bench-{stop}-{trial}): commit acknowledged after {took:.3f} s")
             summary = {
                 "min": round(min(times), 3),
                 "p50": round(statistics.median(times), 3),
@@ -186,7 +187,10 @@ def main() -> int:
         cluster.close()
     finally:
         factory.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            print(f"data directories and logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -102,21 +102,41 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
     entry_codec::decode_stored_membership(bytes)
 }
 
-/// Timers of a coordinator partition's Raft group. The partition's preferred leader stands for
-/// election sooner than the other members, so it usually wins and leadership spreads over the
-/// nodes. Snapshots are triggered by the coordinator itself, by how much its
+/// Timers of a coordinator partition's Raft group, for the member of election rank `rank` (see
+/// [`election_rank`]). Snapshots are triggered by the coordinator itself, by how much its
 /// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
 /// records.
-pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+pub fn coordinator_config(rank: usize) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
     let keep = openraft::Config::default().max_in_snapshot_log_to_keep;
-    group_config("corral-coordinator", preferred_leader, openraft::SnapshotPolicy::Never, keep)
+    group_config("corral-coordinator", rank, openraft::SnapshotPolicy::Never, keep)
 }
 
 /// Timers of the metadata group: as a coordinator partition's. Its entries are single topic
 /// changes, so a snapshot (the whole catalog, small) every thousand of them bounds what a restart
 /// replays; the log is purged up to each snapshot, and a node that lags further installs it.
-pub fn metadata_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    group_config("corral-metadata", preferred_leader, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
+pub fn metadata_config(rank: usize) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    group_config("corral-metadata", rank, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
+}
+
+/// A member's place in a group's order of election: 0 for the group's preferred leader (the voter
+/// at `preferred` in id order), then the voters after it, wrapping around.
+pub fn election_rank(voters: &[NodeId], preferred: usize, me: NodeId) -> usize {
+    let n = voters.len().max(1);
+    let mine = voters.iter().position(|&v| v == me).unwrap_or(0);
+    (mine + n - preferred % n) % n
+}
+
+/// Election timeout range of election rank `rank`, in ms. The preferred leader stands first, so it
+/// usually wins and leadership spreads over the nodes. A voter refuses to elect anyone while it
+/// heard from a leader within its own maximum (openraft's leader lease), and a follower that knew
+/// a leader waits that lease plus its timeout before it stands: 0.9–1.2 s after the last heartbeat
+/// for the preferred leader, 1.35–1.8 s for the others.
+fn election_timeouts(rank: usize) -> (u64, u64) {
+    if rank == 0 {
+        (300, 600)
+    } else {
+        (450, 900)
+    }
 }
 
 /// Entries of the metadata group between two snapshots.
@@ -124,14 +144,11 @@ pub const METADATA_SNAPSHOT_EVERY: u64 = 1000;
 
 fn group_config(
     name: &str,
-    preferred_leader: bool,
+    rank: usize,
     snapshot_policy: openraft::SnapshotPolicy,
     keep_after_snapshot: u64,
 ) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-
-    // A voter refuses to elect anyone while it heard from a leader within its own maximum, so
-    // after a leader dies a new one is elected after about max + min of the others' range.
-    let (election_timeout_min, election_timeout_max) = if preferred_leader { (300, 600) } else { (450, 900) };
+    let (election_timeout_min, election_timeout_max) = election_timeouts(rank);
     let config = openraft::Config {
         cluster_name: name.into(),
         heartbeat_interval: 100,
@@ -160,6 +177,8 @@ pub async fn join_group(
         if preferred_leader == node_id && members.len() > 1 {
             tokio::task::spawn_local(stand_for_election(raft.clone()));
         }
+    } else if members.len() > 1 {
+        tokio::task::spawn_local(quiet_start(raft.clone()));
     }
     let has_voters = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
     let metrics = raft.wait(Some(timeout)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
@@ -179,57 +198,85 @@ pub async fn join_group(
 }
 
 /// How long a leader that is shutting down tries to hand its leadership over.
-const HAND_OFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const HAND_OFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long one candidate gets to take over before it is asked again.
+const HAND_OFF_ATTEMPT: std::time::Duration = std::time::Duration::from_millis(400);
 
 /// Hands leadership of a group this node leads to another voter, before a clean shutdown: once a
-/// voter holds every entry, it is asked to stand for election at once. This node, whose own
-/// leader lease has long run out, grants it the vote, which with the candidate's own is a quorum
-/// of three (the third voter still refuses while it hears from a leader). Clients then find the
-/// new leader in a few milliseconds instead of after an election timeout. Returns the new
-/// leader, or why no voter took over in time (the others then elect one as after a crash). The
-/// caller stops proposing first, so the log stops growing.
+/// voter holds every entry, it is asked to stand for election at once. This node grants it the
+/// vote once its own leader lease has run out (its maximum election timeout after it was
+/// elected), which with the candidate's own vote is a quorum of three; the third voter still
+/// refuses while it hears from a leader. Clients then find the new leader in milliseconds
+/// instead of after an election timeout. A candidate refused (this node was elected too
+/// recently) is asked again until [`HAND_OFF_TIMEOUT`]; this node stands for election no more.
+/// Returns the new leader, or why none took over (the others then elect one as after a crash).
+/// The caller stops proposing first, so the log stops growing.
 pub async fn hand_off(raft: &Raft, me: NodeId, group: u32, peers: &transport::Peers) -> Result<NodeId, String> {
+    // This node still votes, but must not stand against its successor once it steps down.
+    raft.runtime_config().elect(false);
     let deadline = tokio::time::Instant::now() + HAND_OFF_TIMEOUT;
-    let mut asked = std::collections::BTreeSet::new();
+    let mut unreachable = std::collections::BTreeSet::new();
     let mut last_error = String::from("no other voter holds every entry");
+    let handed = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.current_leader.is_some_and(|l| l != me);
     loop {
         let (leader, successor) = {
             let m = raft.metrics().borrow().clone();
+            if handed(&m) {
+                return m.current_leader.ok_or_else(|| "no leader".to_string());
+            }
             let caught_up = |v: &NodeId| {
                 m.replication.as_ref().and_then(|r| r.get(v)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index)
             };
             let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().filter(|&v| v != me).collect();
-            if voters.iter().all(|v| asked.contains(v)) {
+            if voters.iter().all(|v| unreachable.contains(v)) {
                 return Err(last_error);
             }
-            (m.current_leader, voters.into_iter().find(|v| caught_up(v) && !asked.contains(v)))
+            (m.current_leader, voters.into_iter().find(|v| caught_up(v) && !unreachable.contains(v)))
         };
-        if leader != Some(me) {
-            return Err(format!("this node no longer leads (leader: {leader:?})"));
-        }
-        if let Some(successor) = successor {
-            asked.insert(successor);
-            match peers.elect(successor, group).await {
-                Ok(()) => {
-                    // Right after granting its vote this node knows no leader; it learns the new
-                    // one from its first heartbeat.
-                    let handed = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| {
-                        m.current_leader.is_some_and(|l| l != me)
-                    };
-                    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    return match raft.wait(Some(remaining)).metrics(handed, "leadership handed off").await {
-                        Ok(m) => m.current_leader.ok_or_else(|| "no leader".to_string()),
-                        Err(e) => Err(format!("node {successor} stood for election but did not take over: {e}")),
-                    };
+        match (leader, successor) {
+            // This node (the only leader left to see) no longer leads: a candidate is being
+            // elected, or has won and not yet been heard from.
+            (None, _) => {
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if let Ok(m) = raft.wait(Some(remaining.min(HAND_OFF_ATTEMPT))).metrics(handed, "leadership handed off").await {
+                    return m.current_leader.ok_or_else(|| "no leader".to_string());
                 }
-                Err(e) => last_error = format!("node {successor} would not stand for election: {e}"),
             }
+            (Some(_), Some(successor)) => match peers.elect(successor, group).await {
+                Ok(()) => {
+                    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if let Ok(m) = raft.wait(Some(remaining.min(HAND_OFF_ATTEMPT))).metrics(handed, "leadership handed off").await {
+                        return m.current_leader.ok_or_else(|| "no leader".to_string());
+                    }
+                    last_error = format!("node {successor} stood for election but did not take over");
+                }
+                Err(e) => {
+                    unreachable.insert(successor);
+                    last_error = format!("node {successor} would not stand for election: {e}");
+                }
+            },
+            // Still leading, no voter caught up yet.
+            (Some(_), None) => {}
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(last_error);
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// How long a restarted member of a group stays out of elections.
+const QUIET_START: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Keeps a restarted member out of elections for [`QUIET_START`]. Without a pre-vote (openraft 0.9
+/// has none), a member that comes back stands as soon as its timer fires, before the leader,
+/// which backs off from a peer that was unreachable, has reached it; it then raises the term and
+/// makes the leader step down, and the group is without a leader for another election. When the
+/// whole cluster restarts, elections begin after the quiet period.
+async fn quiet_start(raft: Raft) {
+    raft.runtime_config().elect(false);
+    tokio::time::sleep(QUIET_START).await;
+    raft.runtime_config().elect(true);
 }
 
 /// A new group's preferred leader asks for votes until some node leads: the other nodes may not
