@@ -11,7 +11,7 @@
 //! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
 //! - `commits`: starts corral (default config: every coordinator record fsynced through its Raft
 //!   log before the answer) and measures durable offset commits, one committer and many, against
-//!   the fsync latency of the filesystem its data is on.
+//!   the fsync latency of the filesystem its data is on; `--nodes 3` also on a 3-node cluster.
 //! - `groups suite`: starts corral and runs the consumer-group scenarios (classic and KIP-848
 //!   rebalances, idle members' memory, heartbeat storm, offset commits); `groups rebalance` and
 //!   `groups load` run halves of it against a running server.
@@ -22,6 +22,8 @@
 //! (`bench/group_classic.rs`, `bench/group_consumer.rs`, `bench/group_load.rs`), and
 //! `bench/groups_suite.rs` runs them.
 
+#[path = "bench/cluster.rs"]
+mod cluster;
 #[path = "bench/compare.rs"]
 mod compare;
 #[path = "bench/durable_commits.rs"]
@@ -90,7 +92,8 @@ enum Command {
     /// Consumer-group scenarios: simulated members of classic and KIP-848 groups.
     Groups(GroupsArgs),
     /// Start corral with its default config and measure durable offset commits (one committer,
-    /// then many) against the fsync latency of the filesystem its data is on.
+    /// then many) against the fsync latency of the filesystem its data is on; with --nodes, on a
+    /// cluster too.
     Commits(CommitsArgs),
 }
 
@@ -112,6 +115,10 @@ struct CommitsArgs {
     /// Seconds the groups may take to form.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Also start a cluster of this many nodes on 127.0.0.1 and measure it in every repetition,
+    /// right after the single node (each group's requests go to its coordinator). 1: one node.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
 }
 
 #[derive(Debug, Args)]
@@ -622,6 +629,7 @@ fn commits_command(a: CommitsArgs) -> Result<()> {
         partitions: a.commits.commit_partitions.max(1),
         connections: a.commits.commit_connections.max(1),
         timeout: Duration::from_secs(a.timeout),
+        nodes: a.nodes.max(1),
     };
     if a.quick {
         opts.reps = 1;

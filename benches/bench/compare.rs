@@ -555,8 +555,8 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
 /// One member of a one-member group commits 10 partitions at a time, one commit in flight, on a
 /// server that fsyncs before answering.
 async fn durable_commit_latency(server: &ManagedServer, scale: &Scale) -> Result<Cell> {
-    let committers = Committers::create(server.kafka, "bench-durable", 10, 1, member_config(), scale.timeout).await?;
-    let run = committers.run(server.kafka, 1, 1, scale.warmup, scale.duration, server.pid()).await?;
+    let committers = Committers::create(&[server.kafka], "bench-durable", 10, 1, member_config(), scale.timeout).await?;
+    let run = committers.run(&[server.kafka], 1, 1, scale.warmup, scale.duration, server.pid().as_slice()).await?;
     Ok(value(run.latency_ms(0.5), json!({ "p99_ms": run.latency_ms(0.99), "commits_per_sec": run.commits_per_sec() })))
 }
 

@@ -97,7 +97,14 @@ impl Setup {
 
 /// Creates `groups` Stable groups of `members_per_group` members; returns their idle members.
 pub(crate) async fn setup(addr: SocketAddr, opts: &SetupOpts, server_pid: Option<u32>, settle: Duration) -> Result<Setup> {
-    let per_wave = opts.groups_per_wave.clamp(1, opts.groups.max(1));
+    let names: Vec<String> = (0..opts.groups).map(|i| format!("{}{i}", opts.group_prefix)).collect();
+    setup_named(addr, opts, &names, server_pid, settle).await
+}
+
+/// [`setup`] of the groups named `names` (instead of `opts.groups` groups named after
+/// `opts.group_prefix`): in a cluster, the groups one node coordinates.
+pub(crate) async fn setup_named(addr: SocketAddr, opts: &SetupOpts, names: &[String], server_pid: Option<u32>, settle: Duration) -> Result<Setup> {
+    let per_wave = opts.groups_per_wave.clamp(1, names.len().max(1));
     let wave_members = per_wave * opts.members_per_group;
     let lanes = Rc::new(Lanes::connect(addr, opts.fast_lanes, wave_members, opts.per_parking_lane).await?);
     let memory = || server_pid.and_then(process_memory);
@@ -107,12 +114,12 @@ pub(crate) async fn setup(addr: SocketAddr, opts: &SetupOpts, server_pid: Option
     let mut out = Setup { members: Vec::new(), baseline, waves: Vec::new(), settled: None, seconds: 0.0, connections: lanes.connections() };
     let started = Instant::now();
     let mut next_group = 0;
-    while next_group < opts.groups {
+    while next_group < names.len() {
         let wave_started = Instant::now();
-        let count = per_wave.min(opts.groups - next_group);
+        let count = per_wave.min(names.len() - next_group);
         let mut groups = Vec::with_capacity(count);
         for i in 0..count {
-            let spec = GroupSpec::new(format!("{}{}", opts.group_prefix, next_group + i), vec![opts.topic.clone()], opts.member.clone())?;
+            let spec = GroupSpec::new(names[next_group + i].clone(), vec![opts.topic.clone()], opts.member.clone())?;
             groups.push(ClassicGroup::spawn(Rc::new(spec), lanes.clone(), opts.members_per_group, i * opts.members_per_group));
         }
         let deadline = Instant::now() + opts.timeout;
@@ -123,7 +130,7 @@ pub(crate) async fn setup(addr: SocketAddr, opts: &SetupOpts, server_pid: Option
             // Members go idle without leaving; their sessions outlive the benchmark.
             let members = g.members();
             g.stop(false).await?;
-            let group = format!("{}{}", opts.group_prefix, next_group + i);
+            let group = &names[next_group + i];
             for (member_id, generation) in members {
                 out.members.push(IdleMember { group: group.clone(), member_id, generation });
             }
@@ -362,10 +369,54 @@ struct CommitCounters {
 /// Every committer commits `partitions_per_commit` offsets, waits for the answer, and commits
 /// again (offsets grow by one each time).
 pub(crate) async fn commit_storm(addr: SocketAddr, committers: &[IdleMember], opts: &CommitOpts, server_pid: Option<u32>) -> Result<CommitRun> {
-    let lanes = Rc::new(Lanes::connect_exact(addr, opts.connections, 0).await?);
-    let version = lanes.fast(0).version::<OffsetCommitRequest>(opts.version)?;
+    commit_storm_routed(&[(addr, committers)], opts, server_pid.as_slice()).await
+}
+
+/// [`commit_storm`] with each committer sending to its own node: `routes` pairs a node with the
+/// committers whose groups it coordinates, and each node gets `opts.connections` connections.
+/// One measured window covers them all; the server CPU is the sum over `server_pids`.
+pub(crate) async fn commit_storm_routed(routes: &[(SocketAddr, &[IdleMember])], opts: &CommitOpts, server_pids: &[u32]) -> Result<CommitRun> {
     let counters = Rc::new(CommitCounters::default());
     let mut tasks = Vec::new();
+    let mut committers = 0;
+    for &(addr, members) in routes.iter().filter(|(_, members)| !members.is_empty()) {
+        let lanes = Lanes::connect_exact(addr, opts.connections, 0).await?;
+        let version = lanes.fast(0).version::<OffsetCommitRequest>(opts.version)?;
+        committers += members.len();
+        spawn_committers(&lanes, version, members, opts, &counters, &mut tasks);
+    }
+    if committers == 0 {
+        bail!("no committers");
+    }
+    tokio::time::sleep(opts.warmup).await;
+    let (cpu0, me0, t0) = (servers_cpu_time(server_pids), self_cpu(), Instant::now());
+    counters.measuring.set(true);
+    tokio::time::sleep(opts.duration).await;
+    counters.measuring.set(false);
+    let (cpu1, me1, t1) = (servers_cpu_time(server_pids), self_cpu(), Instant::now());
+    counters.stop.set(true);
+    for t in tasks {
+        t.await?;
+    }
+    if let Some(f) = counters.failure.borrow().as_ref() {
+        bail!("offset commits: {f}");
+    }
+    let mut latencies = counters.latencies_us.take();
+    latencies.sort_unstable();
+    Ok(CommitRun {
+        committers,
+        commits: counters.commits.get(),
+        offsets: counters.offsets.get(),
+        seconds: (t1 - t0).as_secs_f64(),
+        latencies_us: latencies,
+        errors: counters.errors.take(),
+        server_cpu: cpu_delta(cpu0, cpu1),
+        client_cpu: me1 - me0,
+    })
+}
+
+/// One closed-loop task per committer, spread over the fast lanes of one node.
+fn spawn_committers(lanes: &Lanes, version: i16, committers: &[IdleMember], opts: &CommitOpts, counters: &Rc<CommitCounters>, tasks: &mut Vec<tokio::task::JoinHandle<()>>) {
     for (i, m) in committers.iter().enumerate() {
         let lane = lanes.fast(i).clone();
         let counters = counters.clone();
@@ -411,31 +462,14 @@ pub(crate) async fn commit_storm(addr: SocketAddr, committers: &[IdleMember], op
             }
         }));
     }
-    tokio::time::sleep(opts.warmup).await;
-    let (cpu0, me0, t0) = (server_pid.and_then(process_cpu_time), self_cpu(), Instant::now());
-    counters.measuring.set(true);
-    tokio::time::sleep(opts.duration).await;
-    counters.measuring.set(false);
-    let (cpu1, me1, t1) = (server_pid.and_then(process_cpu_time), self_cpu(), Instant::now());
-    counters.stop.set(true);
-    for t in tasks {
-        t.await?;
+}
+
+/// (user, system) CPU time of several processes together; None unless every one was read.
+pub(crate) fn servers_cpu_time(pids: &[u32]) -> Option<(Duration, Duration)> {
+    if pids.is_empty() {
+        return None;
     }
-    if let Some(f) = counters.failure.borrow().as_ref() {
-        bail!("offset commits: {f}");
-    }
-    let mut latencies = counters.latencies_us.take();
-    latencies.sort_unstable();
-    Ok(CommitRun {
-        committers: committers.len(),
-        commits: counters.commits.get(),
-        offsets: counters.offsets.get(),
-        seconds: (t1 - t0).as_secs_f64(),
-        latencies_us: latencies,
-        errors: counters.errors.take(),
-        server_cpu: cpu_delta(cpu0, cpu1),
-        client_cpu: me1 - me0,
-    })
+    pids.iter().try_fold((Duration::ZERO, Duration::ZERO), |(u, s), &pid| process_cpu_time(pid).map(|(pu, ps)| (u + pu, s + ps)))
 }
 
 fn cpu_delta(a: Option<(Duration, Duration)>, b: Option<(Duration, Duration)>) -> Option<(f64, f64)> {

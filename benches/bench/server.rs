@@ -93,7 +93,11 @@ impl ManagedServer {
         for _ in 0..3 {
             let kafka = free_port()?;
             let admin = free_port()?;
-            match ManagedServer::start_on(binary, data_dir, config, log, extra_args, kafka, admin) {
+            let started = ManagedServer::launch(binary, data_dir, config, log, extra_args, kafka, admin).and_then(|mut server| {
+                server.wait_ready_on(admin)?;
+                Ok(server)
+            });
+            match started {
                 Ok(server) => return Ok(server),
                 Err(e) => last_error = Some(e),
             }
@@ -101,7 +105,10 @@ impl ManagedServer {
         Err(last_error.expect("at least one attempt"))
     }
 
-    fn start_on(
+    /// Starts `binary serve` on the given ports without waiting for it: a cluster's nodes must
+    /// know each other's addresses before any of them starts, and start together. Then
+    /// [`ManagedServer::wait_ready_on`].
+    pub(crate) fn launch(
         binary: &Path,
         data_dir: &Path,
         config: &Path,
@@ -125,7 +132,12 @@ impl ManagedServer {
         if std::env::var_os("CORRAL_LOG").is_none() {
             command.env("CORRAL_LOG", "warn");
         }
-        ManagedServer::spawn(command, "corral", kafka, log, || ready(admin))
+        ManagedServer::spawn(command, kafka, log)
+    }
+
+    /// Waits until a server [`ManagedServer::launch`]ed with admin address `admin` is ready.
+    pub(crate) fn wait_ready_on(&mut self, admin: SocketAddr) -> Result<()> {
+        self.wait_ready("corral", || ready(admin))
     }
 
     /// Starts a Tansu broker with memory storage (the peer of the comparison) and waits until
@@ -142,11 +154,14 @@ impl ManagedServer {
             .arg(&url)
             .arg("--storage-engine")
             .arg("memory://tansu/");
-        ManagedServer::spawn(command, "tansu", kafka, log, || TcpStream::connect_timeout(&kafka, Duration::from_millis(200)).is_ok())
+        let mut server = ManagedServer::spawn(command, kafka, log)?;
+        server.wait_ready("tansu", || TcpStream::connect_timeout(&kafka, Duration::from_millis(200)).is_ok())?;
+        Ok(server)
     }
 
-    /// Spawns a server (output to `log`, dying with the benchmark) and polls `ready`.
-    fn spawn(mut command: Command, name: &str, kafka: SocketAddr, log: &Path, ready: impl Fn() -> bool) -> Result<ManagedServer> {
+    /// Spawns a server, output to `log`, dying with the benchmark. The death signal comes when
+    /// the spawning *thread* ends, so servers are spawned from the benchmark's main thread.
+    fn spawn(mut command: Command, kafka: SocketAddr, log: &Path) -> Result<ManagedServer> {
         let log_file = File::options().create(true).append(true).open(log).with_context(|| format!("{}", log.display()))?;
         command.stdin(Stdio::null()).stdout(log_file.try_clone()?).stderr(log_file);
         // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2)
@@ -163,20 +178,25 @@ impl ManagedServer {
         }
         let child = command.spawn().with_context(|| format!("cannot start {}", command.get_program().to_string_lossy()))?;
         register_pid(child.id());
-        let mut server = ManagedServer { child: Some(child), kafka, log: log.to_path_buf() };
+        Ok(ManagedServer { child: Some(child), kafka, log: log.to_path_buf() })
+    }
+
+    /// Polls `ready` until it holds; fails if the server exits or takes too long.
+    fn wait_ready(&mut self, name: &str, ready: impl Fn() -> bool) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(status) = server.child.as_mut().expect("running").try_wait()? {
-                if let Some(child) = server.child.take() {
+            let Some(child) = self.child.as_mut() else { bail!("{name} is not running") };
+            if let Some(status) = child.try_wait()? {
+                if let Some(child) = self.child.take() {
                     unregister_pid(child.id());
                 }
-                bail!("{name} exited during startup ({status}):\n{}", server.log_tail());
+                bail!("{name} exited during startup ({status}):\n{}", self.log_tail());
             }
             if ready() {
-                return Ok(server);
+                return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("{name} not ready after {READY_TIMEOUT:?}:\n{}", server.log_tail());
+                bail!("{name} not ready after {READY_TIMEOUT:?}:\n{}", self.log_tail());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -272,7 +292,7 @@ pub(crate) fn open_file_limit() -> u64 {
     limit.rlim_cur
 }
 
-fn free_port() -> Result<SocketAddr> {
+pub(crate) fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
