@@ -95,3 +95,18 @@ def test_durable_commits_quick(tmp_path):
             assert positive(sum(run["server_cpu"])), (name, run["server_cpu"])
     assert results["reps"][0]["single"]["committers"] == 1
     assert results["reps"][0]["many"]["committers"] == 100
+
+
+def test_durable_commits_on_three_nodes_quick(tmp_path):
+    """`commits --nodes 3`: the same run on a 3-node loopback cluster beside the single node; every
+    cluster number and ratio is present and positive, the partitions led per node add up to the
+    50 coordinator partitions, and the committers per node to all committers."""
+    results = run_bench(["commits", "--quick", "--nodes", "3"], tmp_path / "cluster.json", tmp_path, timeout=300)
+    cluster = results["cluster"]
+    assert cluster["nodes"] == 3, cluster["nodes"]
+    for key in ["single_p50_ms", "single_p99_ms", "single_commits_per_sec", "many_commits_per_sec",
+                "many_offsets_per_sec", "many_server_cpu_seconds", "many_server_cpu_us_per_commit"]:
+        assert positive(cluster["summary"].get(key)), (key, cluster["summary"])
+    assert all(positive(v) for v in cluster["vs_single_node"].values()), cluster["vs_single_node"]
+    assert sum(cluster["coordinator_partitions_led_per_node"]) == 50, cluster["coordinator_partitions_led_per_node"]
+    assert sum(cluster["committers_per_node"]) == results["reps"][0]["many"]["committers"], cluster
