@@ -25,11 +25,13 @@ use crate::raft::{Raft, TypeConfig};
 type NodeId = u64;
 
 /// Delivers RPCs between the Raft groups of in-process nodes; a cut-off node reaches nobody and
-/// nobody reaches it.
+/// nobody reaches it; a muted node's append-entries (its log, its heartbeats) reach nobody, while
+/// its votes still do.
 #[derive(Default)]
 struct Router {
     nodes: RefCell<HashMap<NodeId, Raft>>,
     cut: RefCell<HashSet<NodeId>>,
+    muted: RefCell<HashSet<NodeId>>,
 }
 
 impl Router {
@@ -68,6 +70,10 @@ impl RaftNetwork<TypeConfig> for Link {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if self.router.muted.borrow().contains(&self.from) {
+            let muted = std::io::Error::other(format!("{}'s appends are muted", self.from));
+            return Err(RPCError::Unreachable(Unreachable::new(&muted)));
+        }
         let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
         raft.append_entries(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
     }
@@ -230,6 +236,48 @@ fn the_preferred_node_leads_and_followers_apply_its_commits() {
         assert_eq!(commit(&cluster.runner(2), 0, 99).await, kafka_protocol::ResponseError::NotCoordinator.code());
         converged(&cluster, &NODES, &BTreeMap::from([(0, 19)])).await;
         assert_eq!(cluster.runner(2).leader(), Some(1), "followers know the leader");
+    });
+}
+
+/// A newly elected leader answers COORDINATOR_LOAD_IN_PROGRESS, and is not named as the
+/// coordinator, until it has applied its whole log (here: until its first entry commits, which
+/// its muted appends hold back); then it serves, with every commit of its predecessor.
+#[test]
+fn a_new_leader_answers_load_in_progress_until_it_has_applied_its_log() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let first = cluster.serving(None).await;
+        for offset in 0..10 {
+            assert_eq!(commit(&cluster.runner(first), 0, offset).await, 0);
+        }
+        let others: Vec<NodeId> = NODES.iter().copied().filter(|&n| n != first).collect();
+        converged(&cluster, &others, &BTreeMap::from([(0, 9)])).await;
+        cluster.router.muted.borrow_mut().extend(others.iter().copied());
+        cluster.kill(first).await;
+
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let elected = loop {
+            let leading = others.iter().copied().find(|&n| {
+                let m = cluster.runner(n).raft().unwrap().metrics().borrow().clone();
+                m.current_leader == Some(n) && m.state == openraft::ServerState::Leader
+            });
+            if let Some(n) = leading {
+                break n;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no new leader elected");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let runner = cluster.runner(elected);
+        // What group requests sent here are answered (`api::groups::call` asks the runner).
+        assert_eq!(runner.availability(), Err(kafka_protocol::ResponseError::CoordinatorLoadInProgress));
+        assert!(!runner.serving());
+        assert_eq!(runner.leader(), None, "a leader still loading is not named as the coordinator");
+
+        cluster.router.muted.borrow_mut().clear();
+        assert_eq!(cluster.serving(None).await, elected);
+        assert_eq!(runner.availability(), Ok(()));
+        assert_eq!(committed(&runner, 0), Some(9));
+        assert_eq!(commit(&runner, 0, 100).await, 0);
     });
 }
 

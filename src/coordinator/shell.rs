@@ -220,15 +220,21 @@ impl PartitionRunner {
         // The log's last index when this node was first seen leading (with a quorum).
         let mut catch_up: Option<Option<u64>> = None;
         let mut quorum_seen = tokio::time::Instant::now();
+        let mut was_leading = false;
         loop {
             let (leading, last_log, applied, solo) = {
                 let m = metrics.borrow_and_update();
                 self.leader.set(m.current_leader);
-                if let Some(ms) = m.millis_since_quorum_ack {
-                    quorum_seen = tokio::time::Instant::now() - Duration::from_millis(ms);
-                }
                 let solo = m.membership_config.membership().voter_ids().count() == 1;
                 let leading = m.state == ServerState::Leader && m.current_leader == Some(self.node_id);
+                if leading && !was_leading {
+                    // Just elected: a quorum granted its votes now.
+                    quorum_seen = tokio::time::Instant::now();
+                }
+                was_leading = leading;
+                if let Some(ms) = m.millis_since_quorum_ack {
+                    quorum_seen = quorum_seen.max(tokio::time::Instant::now() - Duration::from_millis(ms));
+                }
                 (leading, m.last_log_index, m.last_applied.map(|l| l.index), solo)
             };
             let has_quorum = solo || quorum_seen.elapsed() < QUORUM_LEASE;
