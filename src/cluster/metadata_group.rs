@@ -134,8 +134,12 @@ impl MetadataGroup {
     }
 
     /// Writes an encoded [`TopicChange`] as this group's leader. Returns once it is committed and
-    /// applied here.
+    /// applied here. What does not decode (it may come from a peer) is refused before it reaches
+    /// the log.
     pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
+        if let Err(e) = serde_json::from_slice::<TopicChange>(&change) {
+            return Err(WriteError::Failed(format!("not a topic change: {e}")));
+        }
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
             Ok(Ok(written)) => Ok(written.log_id),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to)))) => Err(WriteError::NotLeader(to.leader_id)),
@@ -351,10 +355,11 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
             match entry.payload {
                 EntryPayload::Blank => persist(&self.node, Some(entry.log_id)),
                 EntryPayload::Normal(command) => {
-                    let change: TopicChange = serde_json::from_slice(command.payload()).map_err(|e| {
-                        StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(format!("undecodable topic change: {e}"))))
-                    })?;
-                    apply_change(&self.node, change, Some(entry.log_id)).await;
+                    // `write` lets only topic changes in; anything else is skipped alike everywhere.
+                    match serde_json::from_slice::<TopicChange>(command.payload()) {
+                        Ok(change) => apply_change(&self.node, change, Some(entry.log_id)).await,
+                        Err(e) => tracing::error!(log_id = %entry.log_id, error = %e, "skipped an undecodable metadata entry"),
+                    }
                     persist(&self.node, Some(entry.log_id));
                 }
                 EntryPayload::Membership(membership) => {
