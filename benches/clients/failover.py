@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from cluster import Cluster  # noqa: E402
+from cluster import Cluster, simple_commit  # noqa: E402
 from conftest import CorralServer  # noqa: E402
 from groupwire import offset_commit_v2, parse_offset_commit_v2  # noqa: E402
 from kafkawire import Conn  # noqa: E402
@@ -43,13 +43,7 @@ TOPIC = "bench-failover"
 
 
 def commit_once(port: int, group: str, offset: int, timeout: float = 5.0) -> int:
-    conn = Conn(f"127.0.0.1:{port}", timeout=timeout)
-    try:
-        conn.send(offset_commit_v2(1, group, -1, "", {(TOPIC, 0): offset}))
-        _, codes = parse_offset_commit_v2(conn.recv_frame())
-        return codes[(TOPIC, 0)]
-    finally:
-        conn.close()
+    return simple_commit(port, group, TOPIC, offset, timeout)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -98,8 +98,7 @@ impl MetadataGroup {
         let store = crate::raft::RaftLogStore::open(&dir, crate::raft::LogStoreConfig::default())
             .await
             .map_err(|e| format!("cannot open its Raft log in {}: {e}", dir.display()))?;
-        let voters: Vec<u64> = members.keys().copied().collect();
-        let config = crate::raft::metadata_config(crate::raft::election_rank(&voters, 0, me)).map_err(|e| format!("Raft config: {e}"))?;
+        let config = crate::raft::metadata_config(preferred == me).map_err(|e| format!("Raft config: {e}"))?;
         let machine = MetadataStateMachine { node: node.clone(), current: None };
         let raft = Raft::new(me, config, network, store, machine).await.map_err(|e| format!("cannot start its Raft group: {e}"))?;
         crate::raft::join_group(&raft, me, &members, preferred, STARTUP_TIMEOUT).await?;

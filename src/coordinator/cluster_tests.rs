@@ -129,8 +129,7 @@ impl Cluster {
         let dir = self.tmp.path().join(node.to_string());
         let partition = support::open_partition(&dir.join("log"));
         let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
-        let rank = crate::raft::election_rank(&NODES, NODES.iter().position(|&n| n == PREFERRED).unwrap(), node);
-        let config = crate::raft::coordinator_config(rank).unwrap();
+        let config = crate::raft::coordinator_config(node == PREFERRED).unwrap();
         let config = Arc::new(
             openraft::Config { max_in_snapshot_log_to_keep: self.keep_after_snapshot, ..config.as_ref().clone() }
                 .validate()

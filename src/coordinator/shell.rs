@@ -184,12 +184,11 @@ impl PartitionRunner {
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
         crate::raft::join_group(&group, raft.node_id, &raft.members, raft.preferred_leader, STARTUP_TIMEOUT)
             .await?;
-        let voters: Vec<u64> = raft.members.keys().copied().collect();
         let _ = runner.raft.set(group);
         tokio::task::spawn_local(runner.clone().follow_leadership());
         tokio::task::spawn_local(runner.clone().timer_loop());
         tokio::task::spawn_local(runner.clone().expiration_loop());
-        if voters == [raft.node_id] {
+        if raft.members.len() == 1 {
             let served = tokio::time::timeout(STARTUP_TIMEOUT, async {
                 while !runner.serving() {
                     runner.serving_changed.notified().await;

@@ -102,37 +102,29 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
     entry_codec::decode_stored_membership(bytes)
 }
 
-/// Timers of a coordinator partition's Raft group, for the member of election rank `rank` (see
-/// [`election_rank`]). Snapshots are triggered by the coordinator itself, by how much its
+/// Timers of a coordinator partition's Raft group, for its preferred leader or another member (see
+/// [`election_timeouts`]). Snapshots are triggered by the coordinator itself, by how much its
 /// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
 /// records.
-pub fn coordinator_config(rank: usize) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
     let keep = openraft::Config::default().max_in_snapshot_log_to_keep;
-    group_config("corral-coordinator", rank, openraft::SnapshotPolicy::Never, keep)
+    group_config("corral-coordinator", preferred_leader, openraft::SnapshotPolicy::Never, keep)
 }
 
 /// Timers of the metadata group: as a coordinator partition's. Its entries are single topic
 /// changes, so a snapshot (the whole catalog, small) every thousand of them bounds what a restart
 /// replays; the log is purged up to each snapshot, and a node that lags further installs it.
-pub fn metadata_config(rank: usize) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    group_config("corral-metadata", rank, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
+pub fn metadata_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    group_config("corral-metadata", preferred_leader, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
 }
 
-/// A member's place in a group's order of election: 0 for the group's preferred leader (the voter
-/// at `preferred` in id order), then the voters after it, wrapping around.
-pub fn election_rank(voters: &[NodeId], preferred: usize, me: NodeId) -> usize {
-    let n = voters.len().max(1);
-    let mine = voters.iter().position(|&v| v == me).unwrap_or(0);
-    (mine + n - preferred % n) % n
-}
-
-/// Election timeout range of election rank `rank`, in ms. The preferred leader stands first, so it
+/// Election timeout range, in ms, of a group's preferred leader or another member. The preferred leader stands first, so it
 /// usually wins and leadership spreads over the nodes. A voter refuses to elect anyone while it
 /// heard from a leader within its own maximum (openraft's leader lease), and a follower that knew
 /// a leader waits that lease plus its timeout before it stands: 0.9–1.2 s after the last heartbeat
 /// for the preferred leader, 1.35–1.8 s for the others.
-fn election_timeouts(rank: usize) -> (u64, u64) {
-    if rank == 0 {
+fn election_timeouts(preferred_leader: bool) -> (u64, u64) {
+    if preferred_leader {
         (300, 600)
     } else {
         (450, 900)
@@ -144,11 +136,11 @@ pub const METADATA_SNAPSHOT_EVERY: u64 = 1000;
 
 fn group_config(
     name: &str,
-    rank: usize,
+    preferred_leader: bool,
     snapshot_policy: openraft::SnapshotPolicy,
     keep_after_snapshot: u64,
 ) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    let (election_timeout_min, election_timeout_max) = election_timeouts(rank);
+    let (election_timeout_min, election_timeout_max) = election_timeouts(preferred_leader);
     let config = openraft::Config {
         cluster_name: name.into(),
         heartbeat_interval: 100,
@@ -218,11 +210,17 @@ pub async fn hand_off(raft: &Raft, me: NodeId, group: u32, peers: &transport::Pe
     let mut unreachable = std::collections::BTreeSet::new();
     let mut last_error = String::from("no other voter holds every entry");
     let handed = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.current_leader.is_some_and(|l| l != me);
+    // Waits up to one attempt's time for another node to lead.
+    let taken_over = || async {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let moved = raft.wait(Some(remaining.min(HAND_OFF_ATTEMPT))).metrics(handed, "leadership handed off").await;
+        moved.ok().and_then(|m| m.current_leader)
+    };
     loop {
         let (leader, successor) = {
             let m = raft.metrics().borrow().clone();
-            if handed(&m) {
-                return m.current_leader.ok_or_else(|| "no leader".to_string());
+            if let Some(new_leader) = m.current_leader.filter(|_| handed(&m)) {
+                return Ok(new_leader);
             }
             let caught_up = |v: &NodeId| {
                 m.replication.as_ref().and_then(|r| r.get(v)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index)
@@ -237,16 +235,14 @@ pub async fn hand_off(raft: &Raft, me: NodeId, group: u32, peers: &transport::Pe
             // This node (the only leader left to see) no longer leads: a candidate is being
             // elected, or has won and not yet been heard from.
             (None, _) => {
-                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if let Ok(m) = raft.wait(Some(remaining.min(HAND_OFF_ATTEMPT))).metrics(handed, "leadership handed off").await {
-                    return m.current_leader.ok_or_else(|| "no leader".to_string());
+                if let Some(new_leader) = taken_over().await {
+                    return Ok(new_leader);
                 }
             }
             (Some(_), Some(successor)) => match peers.elect(successor, group).await {
                 Ok(()) => {
-                    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    if let Ok(m) = raft.wait(Some(remaining.min(HAND_OFF_ATTEMPT))).metrics(handed, "leadership handed off").await {
-                        return m.current_leader.ok_or_else(|| "no leader".to_string());
+                    if let Some(new_leader) = taken_over().await {
+                        return Ok(new_leader);
                     }
                     last_error = format!("node {successor} stood for election but did not take over");
                 }

@@ -16,7 +16,7 @@ import threading
 import time
 
 from conftest import CorralServer
-from groupwire import find_coordinator_v1, parse_find_coordinator_v1
+from groupwire import find_coordinator_v1, offset_commit_v2, parse_find_coordinator_v1, parse_offset_commit_v2
 from kafkawire import Conn, Reader, array, i16, i32, request, string
 
 
@@ -213,6 +213,18 @@ nodes = [
             conn.close()
         assert errors == {topic: 0}, errors
         return self.wait_for_topic(topic, partitions)
+
+
+def simple_commit(port: int, group: str, topic: str, offset: int, timeout: float = 30.0) -> int:
+    """OffsetCommit v2 of a simple group (no members) for partition 0 of `topic`, sent to the node
+    listening on `port` alone; its error code."""
+    conn = Conn(f"127.0.0.1:{port}", timeout=timeout)
+    try:
+        conn.send(offset_commit_v2(1, group, -1, "", {(topic, 0): offset}))
+        _, codes = parse_offset_commit_v2(conn.recv_frame())
+        return codes[(topic, 0)]
+    finally:
+        conn.close()
 
 
 API_METADATA = 3

@@ -20,9 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster import Cluster, offsets_partition, read_offset_commits
-from groupwire import offset_commit_v2, parse_offset_commit_v2
-from kafkawire import Conn
+from cluster import Cluster, offsets_partition, read_offset_commits, simple_commit
 
 OFFSETS_PARTITIONS = 6
 CONFIG = f"""
@@ -199,15 +197,8 @@ def test_graceful_shutdown_hands_leadership_over_first(cluster):
 
 
 def raw_commit(cluster: Cluster, node: int, group: str, topic: str, offset: int) -> int:
-    """OffsetCommit v2 of a simple group (no members), sent to node `node` alone; the error code
-    of partition 0."""
-    conn = Conn(f"127.0.0.1:{cluster.kafka[node]}", timeout=30)
-    try:
-        conn.send(offset_commit_v2(1, group, -1, "", {(topic, 0): offset}))
-        _, codes = parse_offset_commit_v2(conn.recv_frame())
-        return codes[(topic, 0)]
-    finally:
-        conn.close()
+    """OffsetCommit v2 of a simple group, sent to node `node` alone; the error code."""
+    return simple_commit(cluster.kafka[node], group, topic, offset)
 
 
 def same_partition_group(group: str, prefix: str) -> str:
