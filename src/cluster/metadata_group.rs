@@ -29,6 +29,7 @@ use uuid::Uuid;
 use super::catalog::{StoredTopic, Topic};
 use super::topic_config::TopicConfig;
 use crate::node::Node;
+use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
 use crate::runtime::{Shard, ShardId};
 
@@ -74,6 +75,7 @@ pub fn place(node: &Node, topic_id: Uuid, range: std::ops::Range<i32>) -> Vec<i3
 /// The running metadata group on this node.
 pub struct MetadataGroup {
     raft: Raft,
+    election: Rc<Election>,
     node: Arc<Node>,
 }
 
@@ -86,7 +88,7 @@ impl std::fmt::Debug for MetadataGroup {
 impl MetadataGroup {
     /// Starts the group on its shard. A single node returns once it leads its one-voter group;
     /// in a cluster the group elects a leader in the background.
-    pub async fn start<N: openraft::RaftNetworkFactory<TypeConfig>>(
+    pub async fn start<N: openraft::RaftNetworkFactory<TypeConfig> + Canvass + Clone + 'static>(
         shard: &Rc<Shard>,
         members: BTreeMap<u64, BasicNode>,
         network: N,
@@ -98,11 +100,15 @@ impl MetadataGroup {
         let store = crate::raft::RaftLogStore::open(&dir, crate::raft::LogStoreConfig::default())
             .await
             .map_err(|e| format!("cannot open its Raft log in {}: {e}", dir.display()))?;
-        let config = crate::raft::metadata_config(preferred == me).map_err(|e| format!("Raft config: {e}"))?;
+        let config = crate::raft::metadata_config().map_err(|e| format!("Raft config: {e}"))?;
         let machine = MetadataStateMachine { node: node.clone(), current: None };
-        let raft = Raft::new(me, config, network, store, machine).await.map_err(|e| format!("cannot start its Raft group: {e}"))?;
+        let log_reader = store.reader();
+        let raft = Raft::new(me, config, network.clone(), store, machine)
+            .await
+            .map_err(|e| format!("cannot start its Raft group: {e}"))?;
         crate::raft::join_group(&raft, me, &members, preferred, STARTUP_TIMEOUT).await?;
-        let group = Rc::new(MetadataGroup { raft, node });
+        let election = Election::start(METADATA_GROUP, raft.clone(), log_reader, preferred == me, network);
+        let group = Rc::new(MetadataGroup { raft, election, node });
         tokio::task::spawn_local(group.clone().follow_leader());
         if members.len() == 1 {
             group
@@ -117,6 +123,11 @@ impl MetadataGroup {
 
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The group's Raft with its elections (where peers' RPCs arrive).
+    pub fn election(&self) -> &Rc<Election> {
+        &self.election
     }
 
     /// Publishes the group's leader to every shard (Metadata names it as the controller).
@@ -198,7 +209,7 @@ impl MetadataGroup {
         if self.raft.metrics().borrow().current_leader != Some(me) {
             return;
         }
-        match crate::raft::hand_off(&self.raft, me, METADATA_GROUP, &self.node.peers).await {
+        match crate::raft::hand_off(&self.election, me, METADATA_GROUP, &self.node.peers).await {
             Ok(to) => tracing::info!(to, "handed metadata leadership over"),
             Err(why) => tracing::info!(%why, "could not hand metadata leadership over; the others will elect a leader"),
         }

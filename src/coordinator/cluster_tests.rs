@@ -20,22 +20,23 @@ use tempfile::TempDir;
 use super::raft_test_support::{self as support, committed, local};
 use super::shell::{PartitionRunner, RaftSettings};
 use super::state::GroupConfig;
-use crate::raft::{Raft, TypeConfig};
+use crate::raft::election::{Canvass, Election};
+use crate::raft::{LogId, TypeConfig};
 
 type NodeId = u64;
 
 /// Delivers RPCs between the Raft groups of in-process nodes; a cut-off node reaches nobody and
 /// nobody reaches it; a muted node's append-entries (its log, its heartbeats) reach nobody, while
-/// its votes still do.
+/// its votes and pre-votes still do.
 #[derive(Default)]
 struct Router {
-    nodes: RefCell<HashMap<NodeId, Raft>>,
+    nodes: RefCell<HashMap<NodeId, Rc<Election>>>,
     cut: RefCell<HashSet<NodeId>>,
     muted: RefCell<HashSet<NodeId>>,
 }
 
 impl Router {
-    fn target(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable> {
+    fn target(&self, from: NodeId, to: NodeId) -> Result<Rc<Election>, Unreachable> {
         let cut = self.cut.borrow();
         if cut.contains(&from) || cut.contains(&to) {
             return Err(Unreachable::new(&std::io::Error::other(format!("{from} and {to} are partitioned"))));
@@ -74,8 +75,8 @@ impl RaftNetwork<TypeConfig> for Link {
             let muted = std::io::Error::other(format!("{}'s appends are muted", self.from));
             return Err(RPCError::Unreachable(Unreachable::new(&muted)));
         }
-        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
-        raft.append_entries(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+        let target = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        target.append_entries(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
     }
 
     async fn install_snapshot(
@@ -84,8 +85,8 @@ impl RaftNetwork<TypeConfig> for Link {
         _option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
     {
-        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
-        raft.install_snapshot(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+        let target = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        target.install_snapshot(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
     }
 
     async fn vote(
@@ -93,8 +94,15 @@ impl RaftNetwork<TypeConfig> for Link {
         rpc: VoteRequest<NodeId>,
         _option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let raft = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
-        raft.vote(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+        let target = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
+        target.vote(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+}
+
+impl Canvass for Net {
+    async fn pre_vote(&self, target: NodeId, last_log_id: Option<LogId>) -> Result<bool, String> {
+        let target = self.router.target(self.from, target).map_err(|e| e.to_string())?;
+        Ok(target.pre_vote(last_log_id))
     }
 }
 
@@ -129,7 +137,7 @@ impl Cluster {
         let dir = self.tmp.path().join(node.to_string());
         let partition = support::open_partition(&dir.join("log"));
         let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
-        let config = crate::raft::coordinator_config(node == PREFERRED).unwrap();
+        let config = crate::raft::coordinator_config().unwrap();
         let config = Arc::new(
             openraft::Config { max_in_snapshot_log_to_keep: self.keep_after_snapshot, ..config.as_ref().clone() }
                 .validate()
@@ -140,7 +148,7 @@ impl Cluster {
         let runner = PartitionRunner::start(0, partition, GroupConfig::default(), Default::default(), 3_600_000, settings, net)
             .await
             .expect("partition starts");
-        self.router.nodes.borrow_mut().insert(node, runner.raft().unwrap().clone());
+        self.router.nodes.borrow_mut().insert(node, runner.election().unwrap().clone());
         self.runners.borrow_mut().insert(node, runner);
     }
 
@@ -371,6 +379,55 @@ fn a_node_behind_a_purged_log_catches_up_from_a_snapshot() {
         converged(&cluster, &NODES, &expected).await;
         let installed = cluster.runner(follower).raft().unwrap().metrics().borrow().snapshot;
         assert!(installed >= applied, "the follower caught up through the snapshot at {applied:?}, has {installed:?}");
+    });
+}
+
+/// A voter grants the pre-vote only when it has not heard from a leader for the lease, does not
+/// lead itself, and the candidate holds every entry it holds.
+#[test]
+fn the_pre_vote_is_granted_only_with_the_leader_silent_and_the_log_complete() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let leader = cluster.serving(None).await;
+        for offset in 0..5 {
+            assert_eq!(commit(&cluster.runner(leader), 0, offset).await, 0);
+        }
+        let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
+        converged(&cluster, &[follower], &BTreeMap::from([(0, 4)])).await;
+        let election = cluster.runner(follower).election().unwrap().clone();
+        let last = election.raft().metrics().borrow().last_applied;
+        assert!(!election.pre_vote(last), "granted while the leader is heard from");
+        election.forget_leader();
+        assert!(election.pre_vote(last), "refused a candidate with the whole log, the leader silent");
+        let shorter = last.map(|l| LogId::new(l.leader_id, l.index - 1));
+        assert!(!election.pre_vote(shorter), "granted a candidate that lacks an entry");
+        let leading = cluster.runner(leader).election().unwrap().clone();
+        leading.forget_leader();
+        assert!(!leading.pre_vote(last), "the leader granted a pre-vote");
+    });
+}
+
+/// A follower cut off from the others stands for no election (its pre-votes reach nobody), so
+/// after healing it follows the leader it had, in the same term, instead of unseating it.
+#[test]
+fn a_follower_cut_off_and_healed_does_not_unseat_the_leader() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let leader = cluster.serving(None).await;
+        let term = |n: NodeId| cluster.runner(n).raft().unwrap().metrics().borrow().current_term;
+        let before = term(leader);
+        let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
+        cluster.router.cut.borrow_mut().insert(follower);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(term(follower), before, "the cut-off follower raised the term");
+        cluster.router.cut.borrow_mut().clear();
+        for offset in 0..5 {
+            assert_eq!(commit(&cluster.runner(leader), 0, offset).await, 0);
+        }
+        converged(&cluster, &NODES, &BTreeMap::from([(0, 4)])).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(cluster.serving(None).await, leader);
+        assert_eq!(term(leader), before, "an election happened");
     });
 }
 

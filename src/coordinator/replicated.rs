@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn the_raft_log_alone_rebuilds_every_acknowledged_commit() {
         let tmp = TempDir::new().unwrap();
-        let config = crate::raft::coordinator_config(true).unwrap();
+        let config = crate::raft::coordinator_config().unwrap();
         local(async {
             let runner = start(tmp.path(), &config).await;
             // Concurrent commits share entries (one write in flight at a time).
@@ -341,7 +341,7 @@ mod tests {
     fn a_snapshot_purges_the_raft_log_and_a_restart_loads_it() {
         let tmp = TempDir::new().unwrap();
         let config = Arc::new(
-            openraft::Config { max_in_snapshot_log_to_keep: 0, ..crate::raft::coordinator_config(true).unwrap().as_ref().clone() }
+            openraft::Config { max_in_snapshot_log_to_keep: 0, ..crate::raft::coordinator_config().unwrap().as_ref().clone() }
                 .validate()
                 .unwrap(),
         );

@@ -42,6 +42,7 @@ use super::records::GroupRecord;
 use super::replicated::{self, encode_batch, stamp_log_id, CoordinatorStateMachine};
 use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
 use crate::clock::now_ms;
+use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, LogId, LogStoreConfig, Raft, RaftLogStore};
 use crate::storage::{Partition, StorageError};
 
@@ -53,8 +54,10 @@ const CHECKPOINT_BATCH: usize = 500;
 const MAX_RECORDS_PER_ENTRY: usize = 4096;
 /// How long a one-voter partition may take to elect itself and catch up at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a leader may go without hearing from a quorum before it stops serving.
-const QUORUM_LEASE: Duration = Duration::from_millis(1000);
+/// How long a leader may go without hearing from a quorum before it stops serving: the voters
+/// elect no other leader for [`crate::raft::election::LEASE`] after they last heard from it, less
+/// the 100 ms at which `follow_leadership` looks.
+const QUORUM_LEASE: Duration = Duration::from_millis(crate::raft::election::LEASE.as_millis() as u64 - 100);
 /// How long a write may wait to commit (Kafka's `offsets.commit.timeout.ms`); after that the
 /// request gets COORDINATOR_NOT_AVAILABLE (a leader cut off from its quorum never acknowledges).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,7 +96,8 @@ pub struct PartitionRunner {
     pub index: i32,
     pub state: RefCell<CoordinatorState>,
     log: Rc<Partition>,
-    raft: OnceCell<Raft>,
+    /// The partition's Raft group, with what decides when this node stands for election.
+    election: OnceCell<Rc<Election>>,
     proposals: RefCell<Proposals>,
     node_id: u64,
     /// Entries from this index on were proposed by this node as leader, their records already in
@@ -132,7 +136,7 @@ impl PartitionRunner {
     /// Loads a partition (its log, then its Raft group's entries after it) and starts its Raft
     /// group. A one-voter group returns once it serves; in a cluster the partition serves whenever
     /// this node leads its group (see `follow_leadership`).
-    pub async fn start<N: openraft::RaftNetworkFactory<crate::raft::TypeConfig>>(
+    pub async fn start<N: openraft::RaftNetworkFactory<crate::raft::TypeConfig> + Canvass + Clone + 'static>(
         index: i32,
         log: Rc<Partition>,
         config: GroupConfig,
@@ -154,7 +158,7 @@ impl PartitionRunner {
             index,
             state: RefCell::new(state),
             log,
-            raft: OnceCell::new(),
+            election: OnceCell::new(),
             proposals: RefCell::default(),
             node_id: raft.node_id,
             local_from: Cell::new(u64::MAX),
@@ -179,12 +183,14 @@ impl PartitionRunner {
             .await
             .map_err(|e| format!("cannot open its Raft log in {}: {e}", raft.dir.display()))?;
         let machine = CoordinatorStateMachine::open(Rc::downgrade(&runner), applied, raft.dir.clone())?;
-        let group = Raft::new(raft.node_id, raft.config.clone(), network, store, machine)
+        let log_reader = store.reader();
+        let group = Raft::new(raft.node_id, raft.config.clone(), network.clone(), store, machine)
             .await
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
         crate::raft::join_group(&group, raft.node_id, &raft.members, raft.preferred_leader, STARTUP_TIMEOUT)
             .await?;
-        let _ = runner.raft.set(group);
+        let preferred = raft.preferred_leader == raft.node_id;
+        let _ = runner.election.set(Election::start(index as u32, group, log_reader, preferred, network));
         tokio::task::spawn_local(runner.clone().follow_leadership());
         tokio::task::spawn_local(runner.clone().timer_loop());
         tokio::task::spawn_local(runner.clone().expiration_loop());
@@ -212,7 +218,7 @@ impl PartitionRunner {
     /// the others: clients must look elsewhere, where a new leader is being elected). Ends when
     /// the group shuts down.
     async fn follow_leadership(self: Rc<Self>) {
-        let Some(raft) = self.raft.get().cloned() else { return };
+        let Some(raft) = self.raft().cloned() else { return };
         let mut metrics = raft.metrics();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -320,7 +326,12 @@ impl PartitionRunner {
 
     /// The partition's Raft group, once started.
     pub fn raft(&self) -> Option<&Raft> {
-        self.raft.get()
+        self.election.get().map(|e| e.raft())
+    }
+
+    /// The partition's Raft group with its elections (where peers' RPCs arrive), once started.
+    pub fn election(&self) -> Option<&Rc<Election>> {
+        self.election.get()
     }
 
     /// Whether this partition answers group requests (it leads its Raft group and has caught up).
@@ -424,7 +435,7 @@ impl PartitionRunner {
 
     /// Writes records as one entry and waits until it is committed and applied.
     async fn write(&self, records: &[GroupRecord]) -> Result<(), ResponseError> {
-        let Some(raft) = self.raft.get() else { return Err(ResponseError::CoordinatorNotAvailable) };
+        let Some(raft) = self.raft() else { return Err(ResponseError::CoordinatorNotAvailable) };
         let write = raft.client_write(Command::new(encode_batch(records, now_ms())));
         match tokio::time::timeout(WRITE_TIMEOUT, write).await {
             Ok(Ok(_)) => Ok(()),
@@ -467,7 +478,7 @@ impl PartitionRunner {
         if size < threshold || self.snapshot_requested.get() {
             return;
         }
-        let Some(raft) = self.raft.get().cloned() else { return };
+        let Some(raft) = self.raft().cloned() else { return };
         self.snapshot_requested.set(true);
         tokio::task::spawn_local(async move {
             if let Err(e) = raft.trigger().snapshot().await {
@@ -607,11 +618,11 @@ impl PartitionRunner {
         if self.serving.get() {
             self.step_down("shutting down");
         }
-        let Some(raft) = self.raft.get() else { return };
-        if raft.metrics().borrow().current_leader != Some(self.node_id) {
+        let Some(election) = self.election.get() else { return };
+        if election.raft().metrics().borrow().current_leader != Some(self.node_id) {
             return;
         }
-        match crate::raft::hand_off(raft, self.node_id, self.index as u32, peers).await {
+        match crate::raft::hand_off(election, self.node_id, self.index as u32, peers).await {
             Ok(to) => tracing::info!(partition = self.index, to, "handed coordinator leadership over"),
             Err(why) => tracing::info!(partition = self.index, %why, "could not hand coordinator leadership over; the others will elect a leader"),
         }
@@ -622,7 +633,7 @@ impl PartitionRunner {
         self.serving.set(false);
         self.leader.set(None);
         self.fail_waiters();
-        if let Some(raft) = self.raft.get() {
+        if let Some(raft) = self.raft() {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(partition = self.index, error = %e, "Raft group did not shut down cleanly");
             }

@@ -786,6 +786,11 @@ impl RaftLogStore {
         LogSyncHandle(self.sync.clone())
     }
 
+    /// A reader of this log that stays valid while openraft owns the store.
+    pub fn reader(&self) -> LogReader {
+        LogReader { log: self.log.clone() }
+    }
+
     /// Appends entries and calls `done` once they are on disk (see the module docs). This is what
     /// [`RaftLogStorage::append`] does with openraft's callback.
     ///
@@ -877,6 +882,13 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 
 }
 
 // === openraft ===
+
+impl LogReader {
+    /// The id of the last entry written (durable or not yet), or of the last purged one.
+    pub fn last_log_id(&self) -> Option<LogId> {
+        self.log.borrow().last_log_id()
+    }
+}
 
 /// The store reads through a [`LogReader`] of its own log.
 impl RaftLogReader<TypeConfig> for RaftLogStore {

@@ -19,6 +19,7 @@
 //!
 //! # Layout
 //!
+//! - [`election`]: when a member stands for election (a pre-vote, then openraft's vote).
 //! - [`log_store`]: [`RaftLogStore`], the log on our own segment files, with group commit (many
 //!   appends share one fsync) and torn-tail recovery.
 //! - `entry_codec`: the binary format of log records and of the small vote / committed / purged
@@ -38,6 +39,7 @@
 //! Only the fsyncs leave the shard thread, on tokio's blocking pool, and the bytes to and from
 //! other nodes, on the `raft-net` thread.
 
+pub mod election;
 mod entry_codec;
 pub mod log_store;
 pub mod network;
@@ -102,50 +104,38 @@ pub fn decode_stored_membership(bytes: &[u8]) -> Result<StoredMembership, CodecE
     entry_codec::decode_stored_membership(bytes)
 }
 
-/// Timers of a coordinator partition's Raft group, for its preferred leader or another member (see
-/// [`election_timeouts`]). Snapshots are triggered by the coordinator itself, by how much its
-/// `__consumer_offsets` partition has grown, not by entry count: one entry holds a whole batch of
-/// records.
-pub fn coordinator_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+/// Timers of a coordinator partition's Raft group. Snapshots are triggered by the coordinator
+/// itself, by how much its `__consumer_offsets` partition has grown, not by entry count: one
+/// entry holds a whole batch of records.
+pub fn coordinator_config() -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
     let keep = openraft::Config::default().max_in_snapshot_log_to_keep;
-    group_config("corral-coordinator", preferred_leader, openraft::SnapshotPolicy::Never, keep)
+    group_config("corral-coordinator", openraft::SnapshotPolicy::Never, keep)
 }
 
 /// Timers of the metadata group: as a coordinator partition's. Its entries are single topic
 /// changes, so a snapshot (the whole catalog, small) every thousand of them bounds what a restart
 /// replays; the log is purged up to each snapshot, and a node that lags further installs it.
-pub fn metadata_config(preferred_leader: bool) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    group_config("corral-metadata", preferred_leader, openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
-}
-
-/// Election timeout range, in ms, of a group's preferred leader or another member. The preferred leader stands first, so it
-/// usually wins and leadership spreads over the nodes. A voter refuses to elect anyone while it
-/// heard from a leader within its own maximum (openraft's leader lease), and a follower that knew
-/// a leader waits that lease plus its timeout before it stands: 0.9–1.2 s after the last heartbeat
-/// for the preferred leader, 1.35–1.8 s for the others.
-fn election_timeouts(preferred_leader: bool) -> (u64, u64) {
-    if preferred_leader {
-        (300, 600)
-    } else {
-        (450, 900)
-    }
+pub fn metadata_config() -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
+    group_config("corral-metadata", openraft::SnapshotPolicy::LogsSinceLast(METADATA_SNAPSHOT_EVERY), 0)
 }
 
 /// Entries of the metadata group between two snapshots.
 pub const METADATA_SNAPSHOT_EVERY: u64 = 1000;
 
+/// openraft's election timer runs for one-voter groups only (they elect themselves at once);
+/// in a cluster [`election::Election`] decides when a member stands. `election_timeout_max` is
+/// openraft's leader lease: a voter refuses votes for that long after it heard from a leader.
 fn group_config(
     name: &str,
-    preferred_leader: bool,
     snapshot_policy: openraft::SnapshotPolicy,
     keep_after_snapshot: u64,
 ) -> Result<std::sync::Arc<openraft::Config>, Box<openraft::ConfigError>> {
-    let (election_timeout_min, election_timeout_max) = election_timeouts(preferred_leader);
+    let lease = election::LEASE.as_millis() as u64;
     let config = openraft::Config {
         cluster_name: name.into(),
         heartbeat_interval: 100,
-        election_timeout_min,
-        election_timeout_max,
+        election_timeout_min: lease / 2,
+        election_timeout_max: lease,
         snapshot_policy,
         max_in_snapshot_log_to_keep: keep_after_snapshot,
         ..Default::default()
@@ -155,7 +145,8 @@ fn group_config(
 
 /// Brings up a group that has just been started: a new group is initialized with `members`
 /// (every member does so alike; openraft allows it) and its preferred leader stands for election
-/// at once. Refuses a group whose voters are not the configured nodes.
+/// at once. Refuses a group whose voters are not the configured nodes. A restarted member waits
+/// for [`election::Election`] to find the leader silent.
 pub async fn join_group(
     raft: &Raft,
     node_id: NodeId,
@@ -169,8 +160,6 @@ pub async fn join_group(
         if preferred_leader == node_id && members.len() > 1 {
             tokio::task::spawn_local(stand_for_election(raft.clone()));
         }
-    } else if members.len() > 1 {
-        tokio::task::spawn_local(quiet_start(raft.clone()));
     }
     let has_voters = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
     let metrics = raft.wait(Some(timeout)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
@@ -203,9 +192,10 @@ const HAND_OFF_ATTEMPT: std::time::Duration = std::time::Duration::from_millis(4
 /// recently) is asked again until [`HAND_OFF_TIMEOUT`]; this node stands for election no more.
 /// Returns the new leader, or why none took over (the others then elect one as after a crash).
 /// The caller stops proposing first, so the log stops growing.
-pub async fn hand_off(raft: &Raft, me: NodeId, group: u32, peers: &transport::Peers) -> Result<NodeId, String> {
+pub async fn hand_off(election: &election::Election, me: NodeId, group: u32, peers: &transport::Peers) -> Result<NodeId, String> {
     // This node still votes, but must not stand against its successor once it steps down.
-    raft.runtime_config().elect(false);
+    election.withdraw();
+    let raft = election.raft();
     let deadline = tokio::time::Instant::now() + HAND_OFF_TIMEOUT;
     let mut unreachable = std::collections::BTreeSet::new();
     let mut last_error = String::from("no other voter holds every entry");
@@ -259,20 +249,6 @@ pub async fn hand_off(raft: &Raft, me: NodeId, group: u32, peers: &transport::Pe
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-}
-
-/// How long a restarted member of a group stays out of elections.
-const QUIET_START: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Keeps a restarted member out of elections for [`QUIET_START`]. Without a pre-vote (openraft 0.9
-/// has none), a member that comes back stands as soon as its timer fires, before the leader,
-/// which backs off from a peer that was unreachable, has reached it; it then raises the term and
-/// makes the leader step down, and the group is without a leader for another election. When the
-/// whole cluster restarts, elections begin after the quiet period.
-async fn quiet_start(raft: Raft) {
-    raft.runtime_config().elect(false);
-    tokio::time::sleep(QUIET_START).await;
-    raft.runtime_config().elect(true);
 }
 
 /// A new group's preferred leader asks for votes until some node leads: the other nodes may not

@@ -62,3 +62,9 @@ impl RaftNetwork<TypeConfig> for NoPeer {
         Err(unreachable(self.0))
     }
 }
+
+impl super::election::Canvass for SoloNetwork {
+    async fn pre_vote(&self, target: NodeId, _last_log_id: Option<super::LogId>) -> Result<bool, String> {
+        Err(format!("node {target} is not a member: this node runs a one-voter cluster"))
+    }
+}

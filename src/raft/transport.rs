@@ -11,12 +11,12 @@
 //! ```
 //!
 //! `id` pairs a response with its request (responses come back in any order); `group` is the
-//! coordinator partition, or [`METADATA_GROUP`]; `kind` is append-entries, vote or
-//! install-snapshot, a leader's request to stand for election (it is shutting down), or
-//! (metadata group only) a topic change forwarded to its leader. Payloads are
+//! coordinator partition, or [`METADATA_GROUP`]; `kind` is append-entries, vote,
+//! install-snapshot or pre-vote, a leader's request to stand for election (it is shutting down),
+//! or (metadata group only) a topic change forwarded to its leader. Payloads are
 //! openraft's own messages in postcard's binary serde form: the request, then the `Result` the
-//! peer's Raft returned; a forwarded change is its JSON entry, answered by the `Result` of writing
-//! it. A status other than OK carries a UTF-8 reason (the group is not running
+//! peer's Raft returned; a pre-vote is the candidate's last log id, answered yes or no (also in
+//! postcard); a forwarded change is its JSON entry, answered by the `Result` of writing it. A status other than OK carries a UTF-8 reason (the group is not running
 //! there yet, a payload did not decode) and reads as "unreachable" to openraft, which retries.
 //!
 //! # Threads
@@ -74,6 +74,8 @@ enum Kind {
     Propose = 4,
     /// Stand for election now: the leader is shutting down and hands its leadership over.
     Elect = 5,
+    /// Would you vote for me (whose last log id is this)? See [`super::election`].
+    PreVote = 6,
 }
 
 impl Kind {
@@ -84,6 +86,7 @@ impl Kind {
             3 => Some(Kind::InstallSnapshot),
             4 => Some(Kind::Propose),
             5 => Some(Kind::Elect),
+            6 => Some(Kind::PreVote),
             _ => None,
         }
     }
@@ -161,6 +164,12 @@ impl Peers {
             Err(_) => return Err(format!("node {target} did not answer in time")),
         };
         decode::<Result<(), String>>(&body)?
+    }
+
+    /// Asks node `target` for its pre-vote in `group` (see [`super::election`]).
+    pub async fn pre_vote(&self, target: NodeId, group: u32, last_log_id: Option<LogId>) -> Result<bool, String> {
+        let body = self.send(target, group, Kind::PreVote, encode(&last_log_id)?).await.map_err(|e| e.to_string())?;
+        decode(&body)
     }
 
     /// Has node `leader` write a topic change as the metadata group's leader; returns the id of
@@ -369,21 +378,22 @@ async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Res
 
 /// Hands a request to the group's Raft; returns its `Result`, encoded.
 async fn handle(shard: Rc<Shard>, group: u32, kind: Kind, payload: Bytes) -> Result<Bytes, String> {
-    let raft = if group == METADATA_GROUP {
+    let election = if group == METADATA_GROUP {
         let metadata = shard.metadata().ok_or("the metadata group is not running here yet")?;
         if kind == Kind::Propose {
             return encode(&metadata.write(payload).await);
         }
-        metadata.raft().clone()
+        metadata.election().clone()
     } else {
         let runner = shard.coordinator(group as i32).ok_or_else(|| format!("coordinator partition {group} is not running here yet"))?;
-        runner.raft().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?
+        runner.election().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?
     };
     match kind {
-        Kind::AppendEntries => encode(&raft.append_entries(decode(&payload)?).await),
-        Kind::Vote => encode(&raft.vote(decode(&payload)?).await),
-        Kind::InstallSnapshot => encode(&raft.install_snapshot(decode(&payload)?).await),
-        Kind::Elect => encode(&raft.trigger().elect().await.map_err(|e| e.to_string())),
+        Kind::AppendEntries => encode(&election.append_entries(decode(&payload)?).await),
+        Kind::Vote => encode(&election.vote(decode(&payload)?).await),
+        Kind::InstallSnapshot => encode(&election.install_snapshot(decode(&payload)?).await),
+        Kind::PreVote => encode(&election.pre_vote(decode(&payload)?)),
+        Kind::Elect => encode(&election.raft().trigger().elect().await.map_err(|e| e.to_string())),
         Kind::Propose => Err(format!("group {group} takes no proposals from peers")),
     }
 }
@@ -401,6 +411,12 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 pub struct PeerNetwork {
     group: u32,
     peers: Arc<Peers>,
+}
+
+impl super::election::Canvass for PeerNetwork {
+    async fn pre_vote(&self, target: NodeId, last_log_id: Option<LogId>) -> Result<bool, String> {
+        self.peers.pre_vote(target, self.group, last_log_id).await
+    }
 }
 
 /// One group's client for one peer.

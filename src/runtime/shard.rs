@@ -128,7 +128,7 @@ impl Shard {
             let index = index as i32;
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
             let preferred_leader = voters[index as usize % voters.len()];
-            let config = crate::raft::coordinator_config(preferred_leader == me).map_err(|e| format!("Raft config: {e}"))?;
+            let config = crate::raft::coordinator_config().map_err(|e| format!("Raft config: {e}"))?;
             let raft = RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
             let groups = node.config.group_config();
             let consumer = node.config.consumer_group_config();

@@ -1,0 +1,212 @@
+//! When a member of a multi-voter group stands for election: decided here, with a pre-vote;
+//! openraft runs the vote itself.
+//!
+//! openraft 0.9 draws a node's election timeout once per process and has no pre-vote. Both cost
+//! whole election rounds after a leader dies:
+//!
+//! - two followers whose timeouts happen to be close split the vote, and split it again on every
+//!   retry, since their timeouts stay the same;
+//! - a follower with a shorter log stands first, is refused, and still raises the term, so the
+//!   follower that could win is refused in turn, by it, and must try again a term later;
+//! - a member that restarts stands before the leader's (backed-off) replication reaches it, and
+//!   unseats a healthy leader.
+//!
+//! So openraft's own election timer is off ([`Election::start`]) and [`Election::run`] replaces
+//! it: a follower that has not heard from a leader for [`LEASE`] plus a random delay, drawn anew
+//! for every attempt, first asks the other voters whether they would vote for it (Raft's
+//! pre-vote, §9.6 of Ongaro's thesis). A voter says yes only if it has not heard from a leader
+//! for [`LEASE`] itself, does not lead, and holds no entry the candidate lacks. Only with a
+//! quorum of yeses does the node stand, through `trigger().elect()`; otherwise the term stays as
+//! it is. What "heard from a leader" means is seen where the group's RPCs arrive:
+//! [`Election::append_entries`], [`Election::install_snapshot`] and [`Election::vote`] (a granted
+//! vote counts, as in Raft).
+
+use std::cell::Cell;
+use std::future::Future;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::ServerState;
+use tokio::time::Instant;
+
+use super::{LogId, LogReader, NodeId, Raft, TypeConfig};
+
+/// How long a voter refuses to elect anyone after it last heard from a leader. It is openraft's
+/// leader lease too (its `election_timeout_max`, see `super::group_config`), under which
+/// openraft itself refuses votes.
+pub const LEASE: Duration = Duration::from_millis(500);
+
+/// Extra delay, in ms, before a follower stands, drawn for every attempt: the preferred leader
+/// of a group first, so leadership spreads over the nodes, the others after it. Failover takes
+/// about [`LEASE`] plus this after the last heartbeat from a leader that died.
+fn spread(preferred_leader: bool) -> std::ops::Range<u64> {
+    if preferred_leader {
+        0..150
+    } else {
+        150..500
+    }
+}
+
+/// How often a follower checks whether it should stand.
+const TICK: Duration = Duration::from_millis(20);
+/// How long a candidate waits for a voter's pre-vote.
+const PRE_VOTE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Asks another member of the group for its pre-vote; implemented by each group network.
+pub trait Canvass {
+    /// Whether `target` would vote for this node, whose last log id is `last_log_id`, now.
+    fn pre_vote(&self, target: NodeId, last_log_id: Option<LogId>) -> impl Future<Output = Result<bool, String>>;
+}
+
+/// The elections of one group on this node. Lives on the shard that owns the group.
+pub struct Election {
+    group: u32,
+    raft: Raft,
+    log: LogReader,
+    preferred_leader: bool,
+    /// When this node last heard from a leader (or granted a vote).
+    heard: Cell<Instant>,
+    /// Cleared when the node is shutting down and hands its leadership over: it stands no more.
+    standing: Cell<bool>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election").field("group", &self.group).field("standing", &self.standing.get()).finish()
+    }
+}
+
+impl Election {
+    /// Takes over the elections of a started group: a group with other voters gets
+    /// [`Election::run`] in place of openraft's election timer. `log` reads the group's log.
+    pub fn start<C: Canvass + 'static>(
+        group: u32,
+        raft: Raft,
+        log: LogReader,
+        preferred_leader: bool,
+        canvass: C,
+    ) -> std::rc::Rc<Election> {
+        let election = std::rc::Rc::new(Election {
+            group,
+            raft,
+            log,
+            preferred_leader,
+            heard: Cell::new(Instant::now()),
+            standing: Cell::new(true),
+        });
+        let voters = election.raft.metrics().borrow().membership_config.membership().voter_ids().count();
+        if voters > 1 {
+            election.raft.runtime_config().elect(false);
+            tokio::task::spawn_local(election.clone().run(canvass));
+        }
+        election
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// This node stands for election no more (it is shutting down); it still votes.
+    pub fn withdraw(&self) {
+        self.standing.set(false);
+    }
+
+    fn heard_from_leader(&self) {
+        self.heard.set(Instant::now());
+    }
+
+    /// A leader's append-entries (or heartbeat), handed to the group's Raft.
+    pub async fn append_entries(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let answer = self.raft.append_entries(rpc).await;
+        if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.heard_from_leader();
+        }
+        answer
+    }
+
+    /// A leader's snapshot chunk, handed to the group's Raft.
+    pub async fn install_snapshot(
+        &self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        let leader_vote = rpc.vote;
+        let answer = self.raft.install_snapshot(rpc).await;
+        if matches!(&answer, Ok(r) if r.vote == leader_vote) {
+            self.heard_from_leader();
+        }
+        answer
+    }
+
+    /// A candidate's vote request, handed to the group's Raft.
+    pub async fn vote(&self, rpc: VoteRequest<NodeId>) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+        let answer = self.raft.vote(rpc).await;
+        if matches!(&answer, Ok(r) if r.vote_granted) {
+            self.heard_from_leader();
+        }
+        answer
+    }
+
+    /// Whether this node would vote now for a candidate whose last log id is `candidate_last`.
+    pub fn pre_vote(&self, candidate_last: Option<LogId>) -> bool {
+        let leading = self.raft.metrics().borrow().state == ServerState::Leader;
+        !leading && self.heard.get().elapsed() >= LEASE && candidate_last >= self.log.last_log_id()
+    }
+
+    /// As if this node had heard from no leader for [`LEASE`] (tests of the pre-vote).
+    #[cfg(test)]
+    pub fn forget_leader(&self) {
+        self.heard.set(Instant::now() - LEASE);
+    }
+
+    fn draw_timeout(&self) -> Duration {
+        LEASE + Duration::from_millis(fastrand::u64(spread(self.preferred_leader)))
+    }
+
+    /// Stands for election whenever the leader has been silent for a fresh random timeout and a
+    /// quorum granted the pre-vote. Ends when the group shuts down.
+    async fn run<C: Canvass>(self: std::rc::Rc<Self>, canvass: C) {
+        let mut metrics = self.raft.metrics();
+        let mut timeout = self.draw_timeout();
+        loop {
+            tokio::time::sleep(TICK).await;
+            if metrics.has_changed().is_err() {
+                return;
+            }
+            let (leading, others) = {
+                let m = metrics.borrow_and_update();
+                let me = m.id;
+                let others: Vec<NodeId> = m.membership_config.membership().voter_ids().filter(|&v| v != me).collect();
+                (m.state == ServerState::Leader, others)
+            };
+            if leading {
+                // A leader that steps down waits a whole timeout before it stands again.
+                self.heard_from_leader();
+                continue;
+            }
+            if !self.standing.get() || self.heard.get().elapsed() < timeout {
+                continue;
+            }
+            let last_log_id = self.log.last_log_id();
+            let asks = others.iter().map(|&voter| tokio::time::timeout(PRE_VOTE_TIMEOUT, canvass.pre_vote(voter, last_log_id)));
+            let granted = 1 + futures_util::future::join_all(asks).await.into_iter().filter(|r| matches!(r, Ok(Ok(true)))).count();
+            // A leader may have been heard from meanwhile.
+            if 2 * granted > others.len() + 1 && self.heard.get().elapsed() >= timeout && self.standing.get() {
+                tracing::info!(group = self.group, granted, ?last_log_id, "no leader heard from; a quorum granted the pre-vote; standing for election");
+                if self.raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            } else {
+                tracing::debug!(group = self.group, granted, "pre-vote not granted by a quorum");
+            }
+            self.heard_from_leader();
+            timeout = self.draw_timeout();
+        }
+    }
+}
