@@ -106,8 +106,8 @@ impl MetadataGroup {
         let raft = Raft::new(me, config, network.clone(), store, machine)
             .await
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
-        crate::raft::join_group(&raft, me, &members, preferred, STARTUP_TIMEOUT).await?;
-        let election = Election::start(METADATA_GROUP, raft.clone(), log_reader, preferred == me, network);
+        crate::raft::join_group(&raft, me, &members, STARTUP_TIMEOUT).await?;
+        let election = Election::start(METADATA_GROUP, raft.clone(), log_reader, preferred, network);
         let group = Rc::new(MetadataGroup { raft, election, node });
         tokio::task::spawn_local(group.clone().follow_leader());
         if members.len() == 1 {

@@ -104,6 +104,11 @@ impl Canvass for Net {
         let target = self.router.target(self.from, target).map_err(|e| e.to_string())?;
         Ok(target.pre_vote(last_log_id))
     }
+
+    async fn ask_to_stand(&self, target: NodeId) -> Result<(), String> {
+        let target = self.router.target(self.from, target).map_err(|e| e.to_string())?;
+        target.raft().trigger().elect().await.map_err(|e| e.to_string())
+    }
 }
 
 const NODES: [NodeId; 3] = [1, 2, 3];
@@ -129,6 +134,12 @@ impl Cluster {
             Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default(), keep_after_snapshot };
         for node in NODES {
             cluster.start_node(node).await;
+        }
+        // The first leader, if another node, hands the new group over to the preferred one.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !cluster.runner(PREFERRED).serving() {
+            assert!(tokio::time::Instant::now() < deadline, "the preferred node does not lead");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         cluster
     }
@@ -428,6 +439,28 @@ fn a_follower_cut_off_and_healed_does_not_unseat_the_leader() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(cluster.serving(None).await, leader);
         assert_eq!(term(leader), before, "an election happened");
+    });
+}
+
+/// The preferred leader, back after a crash and caught up, gets the group back from the node that
+/// took it over (so leadership stays spread over the nodes), with every commit.
+#[test]
+fn a_group_goes_back_to_its_preferred_leader_once_it_has_caught_up() {
+    local(async {
+        let cluster = Cluster::start().await;
+        assert_eq!(commit(&cluster.runner(PREFERRED), 0, 1).await, 0);
+        cluster.kill(PREFERRED).await;
+        let other = cluster.serving(Some(PREFERRED)).await;
+        assert_eq!(commit(&cluster.runner(other), 0, 2).await, 0);
+        cluster.start_node(PREFERRED).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !cluster.runner(PREFERRED).serving() {
+            assert!(tokio::time::Instant::now() < deadline, "the group never went back to its preferred leader");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(committed(&cluster.runner(PREFERRED), 0), Some(2));
+        assert_eq!(commit(&cluster.runner(PREFERRED), 0, 3).await, 0);
+        converged(&cluster, &NODES, &BTreeMap::from([(0, 3)])).await;
     });
 }
 

@@ -187,10 +187,9 @@ impl PartitionRunner {
         let group = Raft::new(raft.node_id, raft.config.clone(), network.clone(), store, machine)
             .await
             .map_err(|e| format!("cannot start its Raft group: {e}"))?;
-        crate::raft::join_group(&group, raft.node_id, &raft.members, raft.preferred_leader, STARTUP_TIMEOUT)
-            .await?;
-        let preferred = raft.preferred_leader == raft.node_id;
-        let _ = runner.election.set(Election::start(index as u32, group, log_reader, preferred, network));
+        crate::raft::join_group(&group, raft.node_id, &raft.members, STARTUP_TIMEOUT).await?;
+        let election = Election::start(index as u32, group, log_reader, raft.preferred_leader, network);
+        let _ = runner.election.set(election);
         tokio::task::spawn_local(runner.clone().follow_leadership());
         tokio::task::spawn_local(runner.clone().timer_loop());
         tokio::task::spawn_local(runner.clone().expiration_loop());

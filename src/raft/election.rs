@@ -18,8 +18,14 @@
 //! for [`LEASE`] itself, does not lead, and holds no entry the candidate lacks. Only with a
 //! quorum of yeses does the node stand, through `trigger().elect()`; otherwise the term stays as
 //! it is. What "heard from a leader" means is seen where the group's RPCs arrive:
-//! [`Election::append_entries`], [`Election::install_snapshot`] and [`Election::vote`] (a granted
-//! vote counts, as in Raft).
+//! [`Election::append_entries`] and [`Election::install_snapshot`].
+//!
+//! Leadership spreads over the nodes because each group has a preferred leader, which stands
+//! first. A group led by another node (the preferred one was down, or started later, or lost the
+//! race of a new group's first election, which openraft runs in term 1 when each member
+//! initializes the group) goes back to it, as Kafka's preferred leader election does: once the
+//! preferred leader holds every entry, the leader hands the group over as a node that shuts down
+//! does (`super::hand_off`), at once in term 1, else after leading for [`PREFERRED_LEADER_RETURN`].
 
 use std::cell::Cell;
 use std::future::Future;
@@ -51,6 +57,13 @@ fn spread(preferred_leader: bool) -> std::ops::Range<u64> {
     }
 }
 
+/// How long a node other than the preferred leader leads a group (after term 1) before it hands
+/// the group back to the preferred leader, which is up again and holds every entry.
+const PREFERRED_LEADER_RETURN: Duration = Duration::from_secs(10);
+/// How long a leader waits for the preferred leader to take the group over before it asks
+/// again.
+const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
+
 /// How often a follower checks whether it should stand.
 const TICK: Duration = Duration::from_millis(20);
 /// How long a candidate waits for a voter's pre-vote.
@@ -60,6 +73,8 @@ const PRE_VOTE_TIMEOUT: Duration = Duration::from_millis(250);
 pub trait Canvass {
     /// Whether `target` would vote for this node, whose last log id is `last_log_id`, now.
     fn pre_vote(&self, target: NodeId, last_log_id: Option<LogId>) -> impl Future<Output = Result<bool, String>>;
+    /// Asks `target` to stand for election now (this node leads and hands the group over).
+    fn ask_to_stand(&self, target: NodeId) -> impl Future<Output = Result<(), String>>;
 }
 
 /// The elections of one group on this node. Lives on the shard that owns the group.
@@ -67,9 +82,12 @@ pub struct Election {
     group: u32,
     raft: Raft,
     log: LogReader,
-    preferred_leader: bool,
-    /// When this node last heard from a leader (or granted a vote).
+    preferred_leader: NodeId,
+    /// When this node last heard from a leader.
     heard: Cell<Instant>,
+    /// When this node last stood, or granted its vote, or led: it waits a timeout from then
+    /// before it stands (again).
+    last_attempt: Cell<Instant>,
     /// Cleared when the node is shutting down and hands its leadership over: it stands no more.
     standing: Cell<bool>,
 }
@@ -83,19 +101,27 @@ impl std::fmt::Debug for Election {
 impl Election {
     /// Takes over the elections of a started group: a group with other voters gets
     /// [`Election::run`] in place of openraft's election timer. `log` reads the group's log.
+    ///
+    /// A member that restarts with a leader's vote counts as having just heard from it, as
+    /// openraft does (it refuses votes for the lease). Otherwise (a new group, or a member that
+    /// was voting when it stopped) no leader is known.
     pub fn start<C: Canvass + 'static>(
         group: u32,
         raft: Raft,
         log: LogReader,
-        preferred_leader: bool,
+        preferred_leader: NodeId,
         canvass: C,
     ) -> std::rc::Rc<Election> {
+        let now = Instant::now();
+        let knows_leader = raft.metrics().borrow().vote.committed;
+        let long_ago = now.checked_sub(LEASE).unwrap_or(now);
         let election = std::rc::Rc::new(Election {
             group,
             raft,
             log,
             preferred_leader,
-            heard: Cell::new(Instant::now()),
+            heard: Cell::new(if knows_leader { now } else { long_ago }),
+            last_attempt: Cell::new(now),
             standing: Cell::new(true),
         });
         let voters = election.raft.metrics().borrow().membership_config.membership().voter_ids().count();
@@ -148,7 +174,8 @@ impl Election {
     pub async fn vote(&self, rpc: VoteRequest<NodeId>) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
         let answer = self.raft.vote(rpc).await;
         if matches!(&answer, Ok(r) if r.vote_granted) {
-            self.heard_from_leader();
+            // As in Raft, granting a vote restarts this node's own election timer.
+            self.last_attempt.set(Instant::now());
         }
         answer
     }
@@ -156,7 +183,11 @@ impl Election {
     /// Whether this node would vote now for a candidate whose last log id is `candidate_last`.
     pub fn pre_vote(&self, candidate_last: Option<LogId>) -> bool {
         let leading = self.raft.metrics().borrow().state == ServerState::Leader;
-        !leading && self.heard.get().elapsed() >= LEASE && candidate_last >= self.log.last_log_id()
+        let silent = self.heard.get().elapsed();
+        let mine = self.log.last_log_id();
+        let granted = !leading && silent >= LEASE && candidate_last >= mine;
+        tracing::debug!(group = self.group, granted, leading, ?silent, ?candidate_last, ?mine, "pre-vote asked");
+        granted
     }
 
     /// As if this node had heard from no leader for [`LEASE`] (tests of the pre-vote).
@@ -165,39 +196,69 @@ impl Election {
         self.heard.set(Instant::now() - LEASE);
     }
 
-    fn draw_timeout(&self) -> Duration {
-        LEASE + Duration::from_millis(fastrand::u64(spread(self.preferred_leader)))
+    fn draw_timeout(&self, me: NodeId) -> Duration {
+        LEASE + Duration::from_millis(fastrand::u64(spread(self.preferred_leader == me)))
+    }
+
+    /// Whether this node, leading since `led_since`, should now hand the group to its preferred
+    /// leader: that member holds every entry, and this node's lease has run out, so its vote and
+    /// the candidate's own make a quorum.
+    fn should_hand_over(&self, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>, led_since: Instant) -> bool {
+        let caught_up = m.replication.as_ref().and_then(|r| r.get(&self.preferred_leader)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index);
+        self.standing.get()
+            && self.preferred_leader != m.id
+            && led_since.elapsed() >= if m.current_term == 1 { LEASE } else { PREFERRED_LEADER_RETURN }
+            && caught_up
     }
 
     /// Stands for election whenever the leader has been silent for a fresh random timeout and a
     /// quorum granted the pre-vote. Ends when the group shuts down.
     async fn run<C: Canvass>(self: std::rc::Rc<Self>, canvass: C) {
         let mut metrics = self.raft.metrics();
-        let mut timeout = self.draw_timeout();
+        let me = metrics.borrow().id;
+        let mut timeout = self.draw_timeout(me);
+        let mut led_since: Option<Instant> = None;
+        let mut handed_over_at: Option<Instant> = None;
         loop {
             tokio::time::sleep(TICK).await;
             if metrics.has_changed().is_err() {
                 return;
             }
-            let (leading, others) = {
+            let (leading, others, hand_over) = {
                 let m = metrics.borrow_and_update();
-                let me = m.id;
+                let leading = m.state == ServerState::Leader;
+                if !leading {
+                    led_since = None;
+                } else if led_since.is_none() {
+                    led_since = Some(Instant::now());
+                }
+                let hand_over = led_since.is_some_and(|since| self.should_hand_over(&m, since));
                 let others: Vec<NodeId> = m.membership_config.membership().voter_ids().filter(|&v| v != me).collect();
-                (m.state == ServerState::Leader, others)
+                (leading, others, hand_over)
             };
             if leading {
                 // A leader that steps down waits a whole timeout before it stands again.
-                self.heard_from_leader();
+                self.last_attempt.set(Instant::now());
+                if hand_over && handed_over_at.is_none_or(|at| at.elapsed() >= HAND_OVER_RETRY) {
+                    handed_over_at = Some(Instant::now());
+                    match canvass.ask_to_stand(self.preferred_leader).await {
+                        Ok(()) => tracing::info!(group = self.group, to = self.preferred_leader, "handing the group back to its preferred leader"),
+                        Err(e) => tracing::debug!(group = self.group, error = %e, "the preferred leader would not stand"),
+                    }
+                }
                 continue;
             }
-            if !self.standing.get() || self.heard.get().elapsed() < timeout {
+            let due = |e: &Election| e.heard.get().elapsed() >= timeout && e.last_attempt.get().elapsed() >= timeout;
+            if !self.standing.get() || !due(&self) {
                 continue;
             }
             let last_log_id = self.log.last_log_id();
             let asks = others.iter().map(|&voter| tokio::time::timeout(PRE_VOTE_TIMEOUT, canvass.pre_vote(voter, last_log_id)));
-            let granted = 1 + futures_util::future::join_all(asks).await.into_iter().filter(|r| matches!(r, Ok(Ok(true)))).count();
+            let answers = futures_util::future::join_all(asks).await;
+            tracing::debug!(group = self.group, ?answers, "pre-vote answers");
+            let granted = 1 + answers.into_iter().filter(|r| matches!(r, Ok(Ok(true)))).count();
             // A leader may have been heard from meanwhile.
-            if 2 * granted > others.len() + 1 && self.heard.get().elapsed() >= timeout && self.standing.get() {
+            if 2 * granted > others.len() + 1 && due(&self) && self.standing.get() {
                 tracing::info!(group = self.group, granted, ?last_log_id, "no leader heard from; a quorum granted the pre-vote; standing for election");
                 if self.raft.trigger().elect().await.is_err() {
                     return;
@@ -205,8 +266,8 @@ impl Election {
             } else {
                 tracing::debug!(group = self.group, granted, "pre-vote not granted by a quorum");
             }
-            self.heard_from_leader();
-            timeout = self.draw_timeout();
+            self.last_attempt.set(Instant::now());
+            timeout = self.draw_timeout(me);
         }
     }
 }

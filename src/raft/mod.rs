@@ -144,22 +144,18 @@ fn group_config(
 }
 
 /// Brings up a group that has just been started: a new group is initialized with `members`
-/// (every member does so alike; openraft allows it) and its preferred leader stands for election
-/// at once. Refuses a group whose voters are not the configured nodes. A restarted member waits
-/// for [`election::Election`] to find the leader silent.
+/// (every member does so alike; openraft allows it, and each stands for election once). Refuses
+/// a group whose voters are not the configured nodes. A one-voter group then elects itself;
+/// [`election::Election`] runs the elections of the others.
 pub async fn join_group(
     raft: &Raft,
     node_id: NodeId,
     members: &std::collections::BTreeMap<NodeId, openraft::BasicNode>,
-    preferred_leader: NodeId,
     timeout: std::time::Duration,
 ) -> Result<(), String> {
     let fatal = |e: openraft::error::Fatal<NodeId>| format!("its Raft group failed: {e}");
     if !raft.is_initialized().await.map_err(fatal)? {
         raft.initialize(members.clone()).await.map_err(|e| format!("cannot initialize its Raft group: {e}"))?;
-        if preferred_leader == node_id && members.len() > 1 {
-            tokio::task::spawn_local(stand_for_election(raft.clone()));
-        }
     }
     let has_voters = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| m.membership_config.membership().voter_ids().next().is_some();
     let metrics = raft.wait(Some(timeout)).metrics(has_voters, "membership").await.map_err(|e| format!("has no membership: {e}"))?;
@@ -248,20 +244,6 @@ pub async fn hand_off(election: &election::Election, me: NodeId, group: u32, pee
             return Err(last_error);
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
-/// A new group's preferred leader asks for votes until some node leads: the other nodes may not
-/// be up yet when it first tries, and it should win before their own timers fire.
-async fn stand_for_election(raft: Raft) {
-    for _ in 0..100 {
-        if raft.metrics().borrow().current_leader.is_some() {
-            return;
-        }
-        if raft.trigger().elect().await.is_err() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 

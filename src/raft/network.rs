@@ -67,4 +67,8 @@ impl super::election::Canvass for SoloNetwork {
     async fn pre_vote(&self, target: NodeId, _last_log_id: Option<super::LogId>) -> Result<bool, String> {
         Err(format!("node {target} is not a member: this node runs a one-voter cluster"))
     }
+
+    async fn ask_to_stand(&self, target: NodeId) -> Result<(), String> {
+        Err(format!("node {target} is not a member: this node runs a one-voter cluster"))
+    }
 }

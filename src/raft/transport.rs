@@ -12,12 +12,13 @@
 //!
 //! `id` pairs a response with its request (responses come back in any order); `group` is the
 //! coordinator partition, or [`METADATA_GROUP`]; `kind` is append-entries, vote,
-//! install-snapshot or pre-vote, a leader's request to stand for election (it is shutting down),
+//! install-snapshot or pre-vote, a leader's request to stand for election (it hands over),
 //! or (metadata group only) a topic change forwarded to its leader. Payloads are
 //! openraft's own messages in postcard's binary serde form: the request, then the `Result` the
 //! peer's Raft returned; a pre-vote is the candidate's last log id, answered yes or no (also in
-//! postcard); a forwarded change is its JSON entry, answered by the `Result` of writing it. A status other than OK carries a UTF-8 reason (the group is not running
-//! there yet, a payload did not decode) and reads as "unreachable" to openraft, which retries.
+//! postcard); a forwarded change is its JSON entry, answered by the `Result` of writing it. A
+//! status other than OK carries a UTF-8 reason (the group is not running there yet, a payload
+//! did not decode) and reads as "unreachable" to openraft, which retries.
 //!
 //! # Threads
 //!
@@ -72,7 +73,8 @@ enum Kind {
     InstallSnapshot = 3,
     /// A topic change for the metadata group's leader to write.
     Propose = 4,
-    /// Stand for election now: the leader is shutting down and hands its leadership over.
+    /// Stand for election now: the leader hands its leadership over (it is shutting down, or it
+    /// is a new group's first leader and the target the group's preferred leader).
     Elect = 5,
     /// Would you vote for me (whose last log id is this)? See [`super::election`].
     PreVote = 6,
@@ -416,6 +418,10 @@ pub struct PeerNetwork {
 impl super::election::Canvass for PeerNetwork {
     async fn pre_vote(&self, target: NodeId, last_log_id: Option<LogId>) -> Result<bool, String> {
         self.peers.pre_vote(target, self.group, last_log_id).await
+    }
+
+    async fn ask_to_stand(&self, target: NodeId) -> Result<(), String> {
+        self.peers.elect(target, self.group).await
     }
 }
 
