@@ -129,12 +129,25 @@ pub(crate) async fn agreed_coordinators(nodes: &[SocketAddr], groups: &[String],
     }
 }
 
-/// Waits until every coordinator partition has a leader that every node names; returns the
-/// leader (node index) of each partition.
+/// Waits until every coordinator partition is led by its preferred node (partition `p` by node
+/// `p mod n`) and every node names it; returns the leader (node index) of each partition. A
+/// partition led elsewhere at start is handed to its preferred node within seconds; measuring
+/// before that would count the move's NOT_COORDINATOR answers as errors.
 pub(crate) async fn wait_for_leaders(nodes: &[SocketAddr], timeout: Duration) -> Result<Vec<usize>> {
     let mut admin = KafkaConn::connect(nodes[0], SocketOpts { rcvbuf: 0 }).await?;
     let partitions = kafka::partitions(&mut admin, nodes[0], "__consumer_offsets").await?.len();
-    agreed_coordinators(nodes, &probe_groups(partitions), timeout).await
+    let deadline = Instant::now() + timeout;
+    loop {
+        let leaders = agreed_coordinators(nodes, &probe_groups(partitions), deadline.saturating_duration_since(Instant::now())).await?;
+        let elsewhere = leaders.iter().enumerate().filter(|&(p, &leader)| leader != p % nodes.len()).count();
+        if elsewhere == 0 {
+            return Ok(leaders);
+        }
+        if Instant::now() > deadline {
+            bail!("after {timeout:?}, {elsewhere} of {partitions} coordinator partitions are still led by a node they do not prefer");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One group name per coordinator partition, in partition order.

@@ -458,7 +458,7 @@ async fn measure(opts: &CommitsOpts, server: &ManagedServer, cluster: Option<&Ma
         for &l in &leaders {
             leaders_per_node[l] += 1;
         }
-        eprintln!("  {} nodes: all {} coordinator partitions have a leader after {:.1} s; led per node {leaders_per_node:?}", nodes.len(), leaders.len(), waited.elapsed().as_secs_f64());
+        eprintln!("  {} nodes: all {} coordinator partitions led by their preferred node after {:.1} s; led per node {leaders_per_node:?}", nodes.len(), leaders.len(), waited.elapsed().as_secs_f64());
         let formed = Instant::now();
         let committers = Committers::create(&nodes, TOPIC, opts.partitions, opts.committers, member, opts.timeout).await?;
         eprintln!(

@@ -44,7 +44,7 @@ use super::{LogId, LogReader, NodeId, Raft, TypeConfig};
 /// How long a voter refuses to elect anyone after it last heard from a leader. It is openraft's
 /// leader lease too (its `election_timeout_max`, see `super::group_config`), under which
 /// openraft itself refuses votes.
-pub const LEASE: Duration = Duration::from_millis(500);
+pub const LEASE: Duration = Duration::from_millis(750);
 
 /// Extra delay, in ms, before a follower stands, drawn for every attempt: the preferred leader
 /// of a group first, so leadership spreads over the nodes, the others after it. Failover takes
@@ -65,7 +65,7 @@ const PREFERRED_LEADER_RETURN: Duration = Duration::from_secs(10);
 const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 
 /// How often a follower checks whether it should stand.
-const TICK: Duration = Duration::from_millis(20);
+const TICK: Duration = Duration::from_millis(50);
 /// How long a candidate waits for a voter's pre-vote.
 const PRE_VOTE_TIMEOUT: Duration = Duration::from_millis(250);
 
