@@ -107,7 +107,7 @@ impl Canvass for Net {
 
     async fn ask_to_stand(&self, target: NodeId) -> Result<(), String> {
         let target = self.router.target(self.from, target).map_err(|e| e.to_string())?;
-        target.raft().trigger().elect().await.map_err(|e| e.to_string())
+        target.stand_now().await
     }
 }
 

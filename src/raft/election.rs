@@ -141,6 +141,15 @@ impl Election {
         self.standing.set(false);
     }
 
+    /// Stands for election at once: the leader hands the group over to this node. Refused once
+    /// this node is shutting down.
+    pub async fn stand_now(&self) -> Result<(), String> {
+        if !self.standing.get() {
+            return Err("this node is shutting down".into());
+        }
+        self.raft.trigger().elect().await.map_err(|e| e.to_string())
+    }
+
     fn heard_from_leader(&self) {
         self.heard.set(Instant::now());
     }

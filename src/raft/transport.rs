@@ -395,7 +395,7 @@ async fn handle(shard: Rc<Shard>, group: u32, kind: Kind, payload: Bytes) -> Res
         Kind::Vote => encode(&election.vote(decode(&payload)?).await),
         Kind::InstallSnapshot => encode(&election.install_snapshot(decode(&payload)?).await),
         Kind::PreVote => encode(&election.pre_vote(decode(&payload)?)),
-        Kind::Elect => encode(&election.raft().trigger().elect().await.map_err(|e| e.to_string())),
+        Kind::Elect => encode(&election.stand_now().await),
         Kind::Propose => Err(format!("group {group} takes no proposals from peers")),
     }
 }
