@@ -194,6 +194,13 @@ async fn commit(runner: &Rc<PartitionRunner>, partition: i32, offset: i64) -> i1
     support::commit(runner, &[(partition, offset)]).await[0]
 }
 
+/// Commits `offsets` of partition 0 one after another; each must be acknowledged.
+async fn commit_each(runner: &Rc<PartitionRunner>, offsets: std::ops::Range<i64>) {
+    for offset in offsets {
+        assert_eq!(commit(runner, 0, offset).await, 0, "commit of {offset}");
+    }
+}
+
 /// Waits until every listed node holds `expected` offsets (followers apply after the leader).
 async fn converged(cluster: &Cluster, nodes: &[NodeId], expected: &BTreeMap<i32, i64>) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -248,9 +255,7 @@ fn the_preferred_node_leads_and_followers_apply_its_commits() {
         let cluster = Cluster::start().await;
         assert_eq!(cluster.serving(None).await, PREFERRED);
         let leader = cluster.runner(1);
-        for offset in 0..20 {
-            assert_eq!(commit(&leader, 0, offset).await, 0);
-        }
+        commit_each(&leader, 0..20).await;
         assert_eq!(commit(&cluster.runner(2), 0, 99).await, kafka_protocol::ResponseError::NotCoordinator.code());
         converged(&cluster, &NODES, &BTreeMap::from([(0, 19)])).await;
         assert_eq!(cluster.runner(2).leader(), Some(1), "followers know the leader");
@@ -265,9 +270,7 @@ fn a_new_leader_answers_load_in_progress_until_it_has_applied_its_log() {
     local(async {
         let cluster = Cluster::start().await;
         let first = cluster.serving(None).await;
-        for offset in 0..10 {
-            assert_eq!(commit(&cluster.runner(first), 0, offset).await, 0);
-        }
+        commit_each(&cluster.runner(first), 0..10).await;
         let others: Vec<NodeId> = NODES.iter().copied().filter(|&n| n != first).collect();
         converged(&cluster, &others, &BTreeMap::from([(0, 9)])).await;
         cluster.router.muted.borrow_mut().extend(others.iter().copied());
@@ -400,9 +403,7 @@ fn the_pre_vote_is_granted_only_with_the_leader_silent_and_the_log_complete() {
     local(async {
         let cluster = Cluster::start().await;
         let leader = cluster.serving(None).await;
-        for offset in 0..5 {
-            assert_eq!(commit(&cluster.runner(leader), 0, offset).await, 0);
-        }
+        commit_each(&cluster.runner(leader), 0..5).await;
         let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
         converged(&cluster, &[follower], &BTreeMap::from([(0, 4)])).await;
         let election = cluster.runner(follower).election().unwrap().clone();
@@ -432,9 +433,7 @@ fn a_follower_cut_off_and_healed_does_not_unseat_the_leader() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(term(follower), before, "the cut-off follower raised the term");
         cluster.router.cut.borrow_mut().clear();
-        for offset in 0..5 {
-            assert_eq!(commit(&cluster.runner(leader), 0, offset).await, 0);
-        }
+        commit_each(&cluster.runner(leader), 0..5).await;
         converged(&cluster, &NODES, &BTreeMap::from([(0, 4)])).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(cluster.serving(None).await, leader);

@@ -113,7 +113,10 @@ impl Election {
         canvass: C,
     ) -> std::rc::Rc<Election> {
         let now = Instant::now();
-        let knows_leader = raft.metrics().borrow().vote.committed;
+        let (knows_leader, voters) = {
+            let m = raft.metrics().borrow().clone();
+            (m.vote.committed, m.membership_config.membership().voter_ids().count())
+        };
         let long_ago = now.checked_sub(LEASE).unwrap_or(now);
         let election = std::rc::Rc::new(Election {
             group,
@@ -124,7 +127,6 @@ impl Election {
             last_attempt: Cell::new(now),
             standing: Cell::new(true),
         });
-        let voters = election.raft.metrics().borrow().membership_config.membership().voter_ids().count();
         if voters > 1 {
             election.raft.runtime_config().elect(false);
             tokio::task::spawn_local(election.clone().run(canvass));
