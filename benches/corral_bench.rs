@@ -346,7 +346,14 @@ impl GroupShape {
         self
     }
 
-    fn opts(&self, server: PathBuf, server_args: Vec<String>, work_dir: PathBuf, keep_data: bool, json: Option<PathBuf>) -> groups_suite::GroupsOpts {
+    fn opts(
+        &self,
+        server: PathBuf,
+        server_args: Vec<String>,
+        work_dir: PathBuf,
+        keep_data: bool,
+        json: Option<PathBuf>,
+    ) -> groups_suite::GroupsOpts {
         groups_suite::GroupsOpts {
             server,
             server_args,

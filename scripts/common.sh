@@ -97,4 +97,8 @@ need_cargo() {
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     command -v cargo >/dev/null 2>&1 || die "cargo not found: install the Rust toolchain with rustup"
+    # The test command checks formatting and lints: rustup's components.
+    if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+        rustup component add rustfmt clippy || die "cannot install rustfmt and clippy with rustup"
+    fi
 }

@@ -7,8 +7,9 @@
 # sudo): it installs missing Debian packages (kcat, Python venv support, Node.js/npm, a C
 # compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime), creates .venv with
 # the pinned Python clients of tests/e2e/requirements.txt, installs KafkaJS from
-# tests/e2e/js/package-lock.json, then runs `cargo build --bins`, `cargo test` and the
-# end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the run: nothing
+# tests/e2e/js/package-lock.json, then checks `cargo fmt --check` and `cargo clippy
+# --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo test` and the end-to-end suite
+# (pytest tests/e2e). Anything that cannot be installed fails the run: nothing
 # is skipped.
 set -euo pipefail
 
@@ -68,6 +69,12 @@ phase "npm (tests/e2e/js)"
 )
 
 # --- build and tests ----------------------------------------------------------------------------
+
+phase "cargo fmt --check"
+cargo fmt --check
+
+phase "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
 
 phase "cargo build --bins"
 cargo build --bins

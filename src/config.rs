@@ -201,12 +201,7 @@ impl Default for RuntimeConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig {
-            data_dir: PathBuf::from("./data"),
-            retention_check_interval_ms: 300_000,
-            flush_messages: 0,
-            flush_ms: 0,
-        }
+        StorageConfig { data_dir: PathBuf::from("./data"), retention_check_interval_ms: 300_000, flush_messages: 0, flush_ms: 0 }
     }
 }
 
@@ -268,8 +263,7 @@ impl Config {
 
     /// Reads and parses a config file (not yet validated).
     pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Config::from_toml(&text, Some(path.to_path_buf()))
     }
 

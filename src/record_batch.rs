@@ -229,14 +229,9 @@ pub fn record_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, BatchError> {
     use kafka_protocol::records::RecordBatchDecoder;
     let header = BatchHeader::parse(batch)?;
     let mut bytes = bytes::Bytes::copy_from_slice(batch);
-    let records = RecordBatchDecoder::decode(&mut bytes)
-        .map_err(|_| BatchError::Invalid("records could not be decoded"))?;
+    let records = RecordBatchDecoder::decode(&mut bytes).map_err(|_| BatchError::Invalid("records could not be decoded"))?;
     let log_append = header.attributes & 0x08 != 0;
-    Ok(records
-        .records
-        .iter()
-        .map(|r| (r.offset, if log_append { header.max_timestamp } else { r.timestamp }))
-        .collect())
+    Ok(records.records.iter().map(|r| (r.offset, if log_append { header.max_timestamp } else { r.timestamp })).collect())
 }
 
 #[cfg(test)]
@@ -265,8 +260,7 @@ pub(crate) mod tests {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: codec })
-            .unwrap();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: codec }).unwrap();
         buf
     }
 

@@ -92,19 +92,24 @@ impl Server {
         crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
         let producer_ids = ProducerIds::load(&meta_dir).map_err(io)?;
 
-        let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards)
-            .map_err(|source| StartError::Bind { key: "kafka.listen", addr: config.kafka.listen, source })?;
-        let admin_listener = std::net::TcpListener::bind(config.admin.listen)
-            .map_err(|source| StartError::Bind { key: "admin.listen", addr: config.admin.listen, source })?;
+        let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards).map_err(|source| StartError::Bind {
+            key: "kafka.listen",
+            addr: config.kafka.listen,
+            source,
+        })?;
+        let admin_listener = std::net::TcpListener::bind(config.admin.listen).map_err(|source| StartError::Bind {
+            key: "admin.listen",
+            addr: config.admin.listen,
+            source,
+        })?;
         let admin_addr = admin_listener.local_addr().map_err(io)?;
 
         let mut advertised = config.advertised_host_port(kafka_addr);
         let mut brokers = std::collections::BTreeMap::new();
         for n in &config.cluster.nodes {
             // Validated already.
-            let address = crate::config::parse_host_port(&n.kafka).map_err(|reason| {
-                StartError::Config(ConfigError::Invalid { key: "cluster.nodes", reason })
-            })?;
+            let address = crate::config::parse_host_port(&n.kafka)
+                .map_err(|reason| StartError::Config(ConfigError::Invalid { key: "cluster.nodes", reason }))?;
             if n.id == config.node.id {
                 advertised = address.clone();
             }
@@ -113,18 +118,19 @@ impl Server {
         brokers.entry(config.node.id).or_insert_with(|| advertised.clone());
         let (peers, peer_tasks) = if config.cluster.is_multi_node() {
             let raft_listen = config.cluster.raft_listen;
-            let listener = std::net::TcpListener::bind(raft_listen)
-                .map_err(|source| StartError::Bind { key: "cluster.raft_listen", addr: raft_listen, source })?;
+            let listener = std::net::TcpListener::bind(raft_listen).map_err(|source| StartError::Bind {
+                key: "cluster.raft_listen",
+                addr: raft_listen,
+                source,
+            })?;
             let others = config.cluster.nodes.iter().filter(|n| n.id != config.node.id).map(|n| (n.id as u64, n.raft.clone()));
             let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect());
             (peers, Some(tasks))
         } else {
             (Default::default(), None)
         };
-        let coordinator_shards = catalog
-            .get(crate::cluster::OFFSETS_TOPIC)
-            .map(|t| t.partitions.iter().map(|p| p.shard).collect())
-            .unwrap_or_default();
+        let coordinator_shards =
+            catalog.get(crate::cluster::OFFSETS_TOPIC).map(|t| t.partitions.iter().map(|p| p.shard).collect()).unwrap_or_default();
         let (mesh, inboxes) = Mesh::new(shards, config.runtime.mesh_queue_capacity);
         let node = Arc::new(Node {
             node_id: config.node.id,

@@ -62,7 +62,15 @@ impl ManagedCluster {
         // does not transfer leadership), and the load would not spread.
         let mut nodes = Vec::with_capacity(size);
         for (i, (node_dir, config)) in configs.iter().enumerate() {
-            nodes.push(ManagedServer::launch(binary, &node_dir.join("data"), config, &node_dir.join("corral.log"), extra_args, kafka[i], admin[i])?);
+            nodes.push(ManagedServer::launch(
+                binary,
+                &node_dir.join("data"),
+                config,
+                &node_dir.join("corral.log"),
+                extra_args,
+                kafka[i],
+                admin[i],
+            )?);
         }
         for (node, &admin) in nodes.iter_mut().zip(admin) {
             node.wait_ready_on(admin)?;
@@ -94,7 +102,9 @@ impl ManagedCluster {
 /// one batched FindCoordinator (v4+).
 pub(crate) async fn find_coordinators(addr: SocketAddr, groups: &[String]) -> Result<Vec<(i16, i32)>> {
     let mut conn = KafkaConn::connect(addr, SocketOpts { rcvbuf: 0 }).await?;
-    let request = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(groups.iter().map(|g| StrBytes::from_string(g.clone())).collect());
+    let request = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(groups.iter().map(|g| StrBytes::from_string(g.clone())).collect());
     let (version, response) = conn.call(6, &request).await?;
     if version < 4 {
         bail!("{addr} speaks FindCoordinator up to v{version}; batched keys need v4");

@@ -189,13 +189,24 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     let durable_config = work.path.join("corral-pread-fsync.toml");
     std::fs::write(
         &durable_config,
-        format!("[kafka]\nfetch_send = \"pread\"\n[storage]\nflush_messages = 1\n[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"),
+        format!(
+            "[kafka]\nfetch_send = \"pread\"\n[storage]\nflush_messages = 1\n[groups]\ninitial_rebalance_delay_ms = {INITIAL_DELAY_MS}\n"
+        ),
     )?;
-    let server = ManagedServer::start(&opts.server, &corral_data, &durable_config, &work.path.join("corral-pread-fsync.log"), &opts.server_args)?;
+    let server =
+        ManagedServer::start(&opts.server, &corral_data, &durable_config, &work.path.join("corral-pread-fsync.log"), &opts.server_args)?;
     let cell = local.block_on(&runtime, measured(&server, fetch_cell(&server, &scale, false)));
     report_cell(&mut report, "fetch_pread", FETCH_PREAD, "MB/s", true, CORRAL, cell);
     let cell = local.block_on(&runtime, measured(&server, durable_commit_latency(&server, &scale)));
-    report_cell(&mut report, "durable_commit_latency_p50", "offset commit latency p50, one committer, fsync before the answer", "ms", false, CORRAL, cell);
+    report_cell(
+        &mut report,
+        "durable_commit_latency_p50",
+        "offset commit latency p50, one committer, fsync before the answer",
+        "ms",
+        false,
+        CORRAL,
+        cell,
+    );
     server.stop()?;
 
     if let Some(peer) = &opts.peer {
@@ -205,7 +216,9 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
         server.stop()?;
     }
     // The pread row ran last (its own server); it belongs under the sendfile row.
-    if let (Some(sendfile), Some(pread)) = (report.rows.iter().position(|r| r.key == "fetch_sendfile"), report.rows.iter().position(|r| r.key == "fetch_pread")) {
+    if let (Some(sendfile), Some(pread)) =
+        (report.rows.iter().position(|r| r.key == "fetch_sendfile"), report.rows.iter().position(|r| r.key == "fetch_pread"))
+    {
         let row = report.rows.remove(pread);
         report.rows.insert(sendfile + usize::from(pread > sendfile), row);
     }
@@ -355,8 +368,24 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
         .await;
         let acks_name = if acks == 1 { "1" } else { "all" };
         let mb = Cell { value: cell.detail.get("mb_per_sec").and_then(Value::as_f64), ..cell.clone() };
-        report_cell(report, &format!("produce_{size}_{acks_name}"), &format!("produce {size} B records, acks={acks_name}"), "records/s", true, name, cell);
-        report_cell(report, &format!("produce_{size}_{acks_name}_mb"), &format!("produce {size} B records, acks={acks_name}"), "MB/s", true, name, mb);
+        report_cell(
+            report,
+            &format!("produce_{size}_{acks_name}"),
+            &format!("produce {size} B records, acks={acks_name}"),
+            "records/s",
+            true,
+            name,
+            cell,
+        );
+        report_cell(
+            report,
+            &format!("produce_{size}_{acks_name}_mb"),
+            &format!("produce {size} B records, acks={acks_name}"),
+            "MB/s",
+            true,
+            name,
+            mb,
+        );
         let _ = kafka::delete_topic(&mut admin, &topic).await;
     }
 
@@ -368,7 +397,13 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
     }
 
     kafka::create_topic(&mut admin, "bench-latency", 1, &[]).await?;
-    let latency = LatencyOpts { topic: "bench-latency".into(), rate: scale.latency_rate, record_size: 100, warmup: scale.warmup, duration: scale.duration * 2 };
+    let latency = LatencyOpts {
+        topic: "bench-latency".into(),
+        rate: scale.latency_rate,
+        record_size: 100,
+        warmup: scale.warmup,
+        duration: scale.duration * 2,
+    };
     let run = measured(server, async {
         let run = latency::run(addr, &latency).await?;
         Ok(value(run.ms(0.5), run.to_json()))
@@ -507,7 +542,15 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
         })
         .await;
         total_groups += g;
-        report_cell(report, &format!("rss_{g}"), &format!("server RSS with {total_groups} idle groups x 5 members"), "MB", false, name, cell);
+        report_cell(
+            report,
+            &format!("rss_{g}"),
+            &format!("server RSS with {total_groups} idle groups x 5 members"),
+            "MB",
+            false,
+            name,
+            cell,
+        );
         let Some(setup) = setup else { continue };
 
         let storm = StormOpts { connections: 8, depth: 128, warmup: scale.warmup, duration: scale.duration, version: 4 };
@@ -525,19 +568,42 @@ async fn idle_groups(name: &'static str, server: &ManagedServer, scale: &Scale, 
         report_cell(report, &format!("heartbeats_{g}"), &format!("heartbeats/s, {g} groups x 5 members"), "/s", true, name, cell);
 
         let committers: Vec<_> = setup.members.iter().step_by(5).take(scale.committers.min(g)).cloned().collect();
-        let commit = CommitOpts { topic: "bench-idle".into(), partitions_per_commit: 10, connections: 8, warmup: scale.warmup, duration: scale.duration, version: 9 };
+        let commit = CommitOpts {
+            topic: "bench-idle".into(),
+            partitions_per_commit: 10,
+            connections: 8,
+            warmup: scale.warmup,
+            duration: scale.duration,
+            version: 9,
+        };
         let cell = measured(server, async {
             let run = group_load::commit_storm(addr, &committers, &commit, server.pid()).await?;
             if !run.errors.is_empty() {
                 bail!("commit errors: {}", group_load::describe_errors(&run.errors));
             }
-            Ok(value(run.commits_per_sec(), json!({ "committers": run.committers, "p50_ms": run.latency_ms(0.5), "p99_ms": run.latency_ms(0.99) })))
+            Ok(value(
+                run.commits_per_sec(),
+                json!({ "committers": run.committers, "p50_ms": run.latency_ms(0.5), "p99_ms": run.latency_ms(0.99) }),
+            ))
         })
         .await;
-        report_cell(report, &format!("commits_{g}"), &format!("offset commits/s (10 partitions each), {} committers", committers.len()), "/s", true, name, cell);
+        report_cell(
+            report,
+            &format!("commits_{g}"),
+            &format!("offset commits/s (10 partitions each), {} committers", committers.len()),
+            "/s",
+            true,
+            name,
+            cell,
+        );
         if let Some(memory) = server.pid().and_then(process_memory) {
             total_committed += committers.len() * 10;
-            report.memory.entry(total_groups).or_insert((total_groups * 5, total_committed, BTreeMap::new())).2.insert(name, memory.rss_kb as f64);
+            report
+                .memory
+                .entry(total_groups)
+                .or_insert((total_groups * 5, total_committed, BTreeMap::new()))
+                .2
+                .insert(name, memory.rss_kb as f64);
         }
         if g == *scale.idle_groups.first().unwrap_or(&0) {
             let single = CommitOpts { connections: 1, ..commit.clone() };
@@ -584,10 +650,12 @@ async fn drain(addr: SocketAddr, opts: &AllOpts, scale: &Scale, admin: &mut Kafk
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/clients/drain.py");
     let records = batches as usize * RECORDS_PER_BATCH;
     let mut command = std::process::Command::new(python);
-    command
-        .arg(&script)
-        .args(["--bootstrap", &addr.to_string(), "--topic", topic, "--group", "bench-drain", "--consumers", "3"])
-        .args(["--expect", &records.to_string(), "--timeout", &scale.timeout.as_secs().to_string()]);
+    command.arg(&script).args(["--bootstrap", &addr.to_string(), "--topic", topic, "--group", "bench-drain", "--consumers", "3"]).args([
+        "--expect",
+        &records.to_string(),
+        "--timeout",
+        &scale.timeout.as_secs().to_string(),
+    ]);
     // drain.py enforces the timeout itself.
     let output = tokio::task::spawn_blocking(move || command.output())
         .await?
@@ -719,7 +787,12 @@ fn fmt_resources(c: Option<&Cell>) -> String {
 fn to_markdown(opts: &AllOpts, report: &Report) -> String {
     let mut md = String::new();
     let peer = opts.peer.is_some();
-    let _ = writeln!(md, "| scenario | unit | corral | {} | corral vs peer | limit | corral ÷ limit | corral CPU / peak RSS | {} |", if peer { PEER } else { "peer" }, if peer { "tansu CPU / peak RSS" } else { "peer CPU / peak RSS" });
+    let _ = writeln!(
+        md,
+        "| scenario | unit | corral | {} | corral vs peer | limit | corral ÷ limit | corral CPU / peak RSS | {} |",
+        if peer { PEER } else { "peer" },
+        if peer { "tansu CPU / peak RSS" } else { "peer CPU / peak RSS" }
+    );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---|---:|---:|---:|");
     for r in &report.rows {
         let ratio = ratio_to_peer(r).map_or("–".into(), |v| format!("{v:.2}×"));
@@ -757,7 +830,11 @@ fn to_markdown(opts: &AllOpts, report: &Report) -> String {
     let failures: Vec<String> = report
         .rows
         .iter()
-        .flat_map(|r| r.cells.iter().filter_map(move |(s, c)| c.error.as_ref().map(|e| format!("- {s}, {}: {}", r.label, e.lines().next().unwrap_or("")))))
+        .flat_map(|r| {
+            r.cells
+                .iter()
+                .filter_map(move |(s, c)| c.error.as_ref().map(|e| format!("- {s}, {}: {}", r.label, e.lines().next().unwrap_or(""))))
+        })
         .collect();
     if !failures.is_empty() {
         let _ = writeln!(md, "\nFailed scenarios:\n{}", failures.join("\n"));

@@ -91,7 +91,14 @@ pub(crate) struct Committers {
 impl Committers {
     /// Creates `topic` with `partitions` partitions on every node and `groups` one-member groups
     /// subscribed to it (named after the topic), each formed on its coordinator.
-    pub(crate) async fn create(nodes: &[SocketAddr], topic: &str, partitions: i32, groups: usize, member: MemberConfig, timeout: Duration) -> Result<Committers> {
+    pub(crate) async fn create(
+        nodes: &[SocketAddr],
+        topic: &str,
+        partitions: i32,
+        groups: usize,
+        member: MemberConfig,
+        timeout: Duration,
+    ) -> Result<Committers> {
         // Each node keeps its own topics, and OffsetCommit checks the topic on the coordinator;
         // where topics are replicated, the other nodes answer TOPIC_ALREADY_EXISTS, which is fine.
         for &addr in nodes {
@@ -118,7 +125,10 @@ impl Committers {
             .map(|(n, &addr)| (addr, names.iter().zip(&coordinators).filter(|(_, &c)| c == n).map(|(g, _)| g.clone()).collect()))
             .collect();
         let setups = futures_util::future::try_join_all(
-            per_node.iter().filter(|(_, groups)| !groups.is_empty()).map(|(addr, groups)| group_load::setup_named(*addr, &setup, groups, None, Duration::ZERO)),
+            per_node
+                .iter()
+                .filter(|(_, groups)| !groups.is_empty())
+                .map(|(addr, groups)| group_load::setup_named(*addr, &setup, groups, None, Duration::ZERO)),
         )
         .await?;
         let mut formed: HashMap<String, IdleMember> = setups.into_iter().flat_map(|s| s.members).map(|m| (m.group.clone(), m)).collect();
@@ -142,14 +152,29 @@ impl Committers {
     /// The first `n` committers each commit every partition of the topic, wait for the answer
     /// and commit again, over `connections` shared connections to each node, each to its
     /// group's coordinator. Any error code fails the run.
-    pub(crate) async fn run(&self, nodes: &[SocketAddr], n: usize, connections: usize, warmup: Duration, duration: Duration, server_pids: &[u32]) -> Result<CommitRun> {
+    pub(crate) async fn run(
+        &self,
+        nodes: &[SocketAddr],
+        n: usize,
+        connections: usize,
+        warmup: Duration,
+        duration: Duration,
+        server_pids: &[u32],
+    ) -> Result<CommitRun> {
         if n > self.members.len() {
             bail!("{n} committers asked for, {} groups formed", self.members.len());
         }
         let routed: Vec<Vec<IdleMember>> =
             (0..nodes.len()).map(|node| self.members[..n].iter().filter(|(c, _)| *c == node).map(|(_, m)| m.clone()).collect()).collect();
         let routes: Vec<(SocketAddr, &[IdleMember])> = nodes.iter().copied().zip(routed.iter().map(Vec::as_slice)).collect();
-        let opts = CommitOpts { topic: self.topic.clone(), partitions_per_commit: self.partitions, connections, warmup, duration, version: COMMIT_VERSION };
+        let opts = CommitOpts {
+            topic: self.topic.clone(),
+            partitions_per_commit: self.partitions,
+            connections,
+            warmup,
+            duration,
+            version: COMMIT_VERSION,
+        };
         let run = group_load::commit_storm_routed(&routes, &opts, server_pids).await?;
         if !run.errors.is_empty() {
             bail!("commit errors: {}", describe_errors(&run.errors));
@@ -210,7 +235,11 @@ impl Disturbance {
 
     fn since(before: (f64, f64, f64, f64), started: Instant, server_pids: &[u32]) -> Disturbance {
         let now = Disturbance::sample(server_pids);
-        Disturbance { seconds: started.elapsed().as_secs_f64(), outside_cpu: (now.0 - before.0) - (now.2 - before.2) - (now.3 - before.3), steal: now.1 - before.1 }
+        Disturbance {
+            seconds: started.elapsed().as_secs_f64(),
+            outside_cpu: (now.0 - before.0) - (now.2 - before.2) - (now.3 - before.3),
+            steal: now.1 - before.1,
+        }
     }
 
     fn to_json(self) -> Value {
@@ -328,14 +357,13 @@ pub(crate) fn run(opts: &CommitsOpts) -> Result<()> {
     let filesystem = same_filesystem(&work.path, &data)?;
     let cluster = if opts.nodes > 1 { Some(ManagedCluster::start(&opts.server, &work.path, opts.nodes, &opts.server_args)?) } else { None };
     let m = machine();
+    println!("corral-bench commits{}: {} CPUs, Linux {}, {}", if opts.quick { " --quick" } else { "" }, m.nproc, m.kernel, m.cpu);
     println!(
-        "corral-bench commits{}: {} CPUs, Linux {}, {}",
-        if opts.quick { " --quick" } else { "" },
-        m.nproc,
-        m.kernel,
-        m.cpu
+        "server: {} serve {} (default config); data and fsync probe in {} ({filesystem})",
+        opts.server.display(),
+        opts.server_args.join(" "),
+        work.path.display()
     );
-    println!("server: {} serve {} (default config); data and fsync probe in {} ({filesystem})", opts.server.display(), opts.server_args.join(" "), work.path.display());
     if cluster.is_some() {
         println!("cluster: {} nodes of the same binary on 127.0.0.1 (default config plus the node list, direct Raft links), alongside the single node", opts.nodes);
     }
@@ -436,7 +464,12 @@ async fn idle_cores(pids: &[u32], window: Duration) -> f64 {
     (cpu() - before) / window.as_secs_f64()
 }
 
-async fn measure(opts: &CommitsOpts, server: &ManagedServer, cluster: Option<&ManagedCluster>, probe_dir: &Path) -> Result<(Vec<Rep>, Vec<Target>)> {
+async fn measure(
+    opts: &CommitsOpts,
+    server: &ManagedServer,
+    cluster: Option<&ManagedCluster>,
+    probe_dir: &Path,
+) -> Result<(Vec<Rep>, Vec<Target>)> {
     let member = MemberConfig {
         // The members go idle once synced: their sessions must outlive the benchmark.
         session_timeout_ms: 1_800_000,
@@ -448,8 +481,19 @@ async fn measure(opts: &CommitsOpts, server: &ManagedServer, cluster: Option<&Ma
     let mut targets = Vec::new();
     let formed = Instant::now();
     let committers = Committers::create(&[server.kafka], TOPIC, opts.partitions, opts.committers, member.clone(), opts.timeout).await?;
-    eprintln!("  one node: {} one-member groups Stable after {:.1} s (the server's default initial rebalance delay applies)", opts.committers, formed.elapsed().as_secs_f64());
-    targets.push(Target { label: "one node".into(), nodes: vec![server.kafka], pids: server.pid().into_iter().collect(), committers, leaders_per_node: Vec::new(), idle_cores: 0.0 });
+    eprintln!(
+        "  one node: {} one-member groups Stable after {:.1} s (the server's default initial rebalance delay applies)",
+        opts.committers,
+        formed.elapsed().as_secs_f64()
+    );
+    targets.push(Target {
+        label: "one node".into(),
+        nodes: vec![server.kafka],
+        pids: server.pid().into_iter().collect(),
+        committers,
+        leaders_per_node: Vec::new(),
+        idle_cores: 0.0,
+    });
     if let Some(cluster) = cluster {
         let nodes = cluster.kafka();
         let waited = Instant::now();
@@ -458,7 +502,12 @@ async fn measure(opts: &CommitsOpts, server: &ManagedServer, cluster: Option<&Ma
         for &l in &leaders {
             leaders_per_node[l] += 1;
         }
-        eprintln!("  {} nodes: all {} coordinator partitions led by their preferred node after {:.1} s; led per node {leaders_per_node:?}", nodes.len(), leaders.len(), waited.elapsed().as_secs_f64());
+        eprintln!(
+            "  {} nodes: all {} coordinator partitions led by their preferred node after {:.1} s; led per node {leaders_per_node:?}",
+            nodes.len(),
+            leaders.len(),
+            waited.elapsed().as_secs_f64()
+        );
         let formed = Instant::now();
         let committers = Committers::create(&nodes, TOPIC, opts.partitions, opts.committers, member, opts.timeout).await?;
         eprintln!(
@@ -468,7 +517,14 @@ async fn measure(opts: &CommitsOpts, server: &ManagedServer, cluster: Option<&Ma
             formed.elapsed().as_secs_f64(),
             committers.per_node(opts.committers, nodes.len())
         );
-        targets.push(Target { label: format!("{} nodes", nodes.len()), nodes, pids: cluster.pids(), committers, leaders_per_node, idle_cores: 0.0 });
+        targets.push(Target {
+            label: format!("{} nodes", nodes.len()),
+            nodes,
+            pids: cluster.pids(),
+            committers,
+            leaders_per_node,
+            idle_cores: 0.0,
+        });
     }
     for t in &mut targets {
         t.idle_cores = idle_cores(&t.pids, Duration::from_secs(2)).await;
@@ -566,12 +622,36 @@ fn to_markdown(opts: &CommitsOpts, s: &Summary) -> String {
     let offsets_target = format!("≥ {TARGET_OFFSETS_PER_SEC:.0}: **{}**", verdict(s.offsets_met()));
     row(["fsync of 4 KiB (write + fdatasync), p50 / p99", &format!("{:.3} / {:.3} ms", s.fsync_p50_ms, s.fsync_p99_ms), "–", "–", "–"]);
     row(["one committer, latency p50", &format!("{:.3} ms", s.single_p50_ms), "fsync p50", &format!("{:.2}×", s.single_p50_ratio()), "–"]);
-    row(["one committer, latency p99", &format!("{:.3} ms", s.single_p99_ms), "fsync p99", &format!("{:.2}×", s.single_p99_ratio()), &latency_target]);
+    row([
+        "one committer, latency p99",
+        &format!("{:.3} ms", s.single_p99_ms),
+        "fsync p99",
+        &format!("{:.2}×", s.single_p99_ratio()),
+        &latency_target,
+    ]);
     row(["one committer, commits/s", &format!("{:.0}", s.single_commits_per_sec), "–", "–", "–"]);
     row([&format!("{many}, commits/s"), &format!("{:.0}", s.many_commits_per_sec), "–", "–", "–"]);
-    row([&format!("{many}, offsets/s"), &format!("{:.0}", s.many_offsets_per_sec), "target", &format!("{:.2}×", s.offsets_ratio()), &offsets_target]);
-    row([&format!("{many}, latency p50"), &format!("{:.2} ms", s.many_p50_ms), "fsync p50", &format!("{:.1}×", s.many_p50_ms / s.fsync_p50_ms), "–"]);
-    row([&format!("{many}, latency p99"), &format!("{:.2} ms", s.many_p99_ms), "fsync p99", &format!("{:.1}×", s.many_p99_ms / s.fsync_p99_ms), "–"]);
+    row([
+        &format!("{many}, offsets/s"),
+        &format!("{:.0}", s.many_offsets_per_sec),
+        "target",
+        &format!("{:.2}×", s.offsets_ratio()),
+        &offsets_target,
+    ]);
+    row([
+        &format!("{many}, latency p50"),
+        &format!("{:.2} ms", s.many_p50_ms),
+        "fsync p50",
+        &format!("{:.1}×", s.many_p50_ms / s.fsync_p50_ms),
+        "–",
+    ]);
+    row([
+        &format!("{many}, latency p99"),
+        &format!("{:.2} ms", s.many_p99_ms),
+        "fsync p99",
+        &format!("{:.1}×", s.many_p99_ms / s.fsync_p99_ms),
+        "–",
+    ]);
     row([&format!("{many}, server CPU (user + sys)"), &cores(s.many_server_cpu_seconds), "–", "–", "–"]);
     row([&format!("{many}, load generator CPU"), &cores(s.many_client_cpu_seconds), "–", "–", "–"]);
     let _ = writeln!(
@@ -598,17 +678,68 @@ fn cluster_markdown(opts: &CommitsOpts, targets: &[Target], one: &Summary, c: &S
         let _ = writeln!(md, "| {what} | {a} | {b} | {ratio:.2}× |");
     };
     let many = format!("{} committers", opts.committers);
-    row("one committer, latency p50", format!("{:.3} ms", one.single_p50_ms), format!("{:.3} ms", c.single_p50_ms), c.single_p50_ms / one.single_p50_ms);
-    row("one committer, latency p99", format!("{:.3} ms", one.single_p99_ms), format!("{:.3} ms", c.single_p99_ms), c.single_p99_ms / one.single_p99_ms);
-    row("one committer, commits/s", format!("{:.0}", one.single_commits_per_sec), format!("{:.0}", c.single_commits_per_sec), c.single_commits_per_sec / one.single_commits_per_sec);
-    row(&format!("{many}, commits/s"), format!("{:.0}", one.many_commits_per_sec), format!("{:.0}", c.many_commits_per_sec), c.many_commits_per_sec / one.many_commits_per_sec);
-    row(&format!("{many}, offsets/s"), format!("{:.0}", one.many_offsets_per_sec), format!("**{:.0}**", c.many_offsets_per_sec), c.many_offsets_per_sec / one.many_offsets_per_sec);
-    row(&format!("{many}, latency p50"), format!("{:.2} ms", one.many_p50_ms), format!("{:.2} ms", c.many_p50_ms), c.many_p50_ms / one.many_p50_ms);
-    row(&format!("{many}, latency p99"), format!("{:.2} ms", one.many_p99_ms), format!("{:.2} ms", c.many_p99_ms), c.many_p99_ms / one.many_p99_ms);
-    row(&format!("{many}, server CPU, all nodes (cores)"), format!("{:.2}", one.many_server_cores()), format!("{:.2}", c.many_server_cores()), c.many_server_cores() / one.many_server_cores());
-    row(&format!("{many}, server CPU per commit, all nodes"), format!("{:.0} µs", one.many_server_us_per_commit()), format!("{:.0} µs", c.many_server_us_per_commit()), c.many_server_us_per_commit() / one.many_server_us_per_commit());
-    row(&format!("{many}, load generator CPU (cores)"), format!("{:.2}", one.many_client_cpu_seconds / one.many_seconds), format!("{:.2}", c.many_client_cpu_seconds / c.many_seconds), (c.many_client_cpu_seconds / c.many_seconds) / (one.many_client_cpu_seconds / one.many_seconds));
-    let per_rep: Vec<String> = reps.iter().map(|r| format!("{:.2}×", r.runs[1].many.offsets_per_sec() / r.runs[0].many.offsets_per_sec())).collect();
+    row(
+        "one committer, latency p50",
+        format!("{:.3} ms", one.single_p50_ms),
+        format!("{:.3} ms", c.single_p50_ms),
+        c.single_p50_ms / one.single_p50_ms,
+    );
+    row(
+        "one committer, latency p99",
+        format!("{:.3} ms", one.single_p99_ms),
+        format!("{:.3} ms", c.single_p99_ms),
+        c.single_p99_ms / one.single_p99_ms,
+    );
+    row(
+        "one committer, commits/s",
+        format!("{:.0}", one.single_commits_per_sec),
+        format!("{:.0}", c.single_commits_per_sec),
+        c.single_commits_per_sec / one.single_commits_per_sec,
+    );
+    row(
+        &format!("{many}, commits/s"),
+        format!("{:.0}", one.many_commits_per_sec),
+        format!("{:.0}", c.many_commits_per_sec),
+        c.many_commits_per_sec / one.many_commits_per_sec,
+    );
+    row(
+        &format!("{many}, offsets/s"),
+        format!("{:.0}", one.many_offsets_per_sec),
+        format!("**{:.0}**", c.many_offsets_per_sec),
+        c.many_offsets_per_sec / one.many_offsets_per_sec,
+    );
+    row(
+        &format!("{many}, latency p50"),
+        format!("{:.2} ms", one.many_p50_ms),
+        format!("{:.2} ms", c.many_p50_ms),
+        c.many_p50_ms / one.many_p50_ms,
+    );
+    row(
+        &format!("{many}, latency p99"),
+        format!("{:.2} ms", one.many_p99_ms),
+        format!("{:.2} ms", c.many_p99_ms),
+        c.many_p99_ms / one.many_p99_ms,
+    );
+    row(
+        &format!("{many}, server CPU, all nodes (cores)"),
+        format!("{:.2}", one.many_server_cores()),
+        format!("{:.2}", c.many_server_cores()),
+        c.many_server_cores() / one.many_server_cores(),
+    );
+    row(
+        &format!("{many}, server CPU per commit, all nodes"),
+        format!("{:.0} µs", one.many_server_us_per_commit()),
+        format!("{:.0} µs", c.many_server_us_per_commit()),
+        c.many_server_us_per_commit() / one.many_server_us_per_commit(),
+    );
+    row(
+        &format!("{many}, load generator CPU (cores)"),
+        format!("{:.2}", one.many_client_cpu_seconds / one.many_seconds),
+        format!("{:.2}", c.many_client_cpu_seconds / c.many_seconds),
+        (c.many_client_cpu_seconds / c.many_seconds) / (one.many_client_cpu_seconds / one.many_seconds),
+    );
+    let per_rep: Vec<String> =
+        reps.iter().map(|r| format!("{:.2}×", r.runs[1].many.offsets_per_sec() / r.runs[0].many.offsets_per_sec())).collect();
     let _ = writeln!(
         md,
         "\nfsync of 4 KiB p50 / p99: {:.3} / {:.3} ms; {n}-node one-committer p99 {:.2}× the fsync p99. \

@@ -29,8 +29,8 @@ use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    consumer_protocol_assignment, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+    consumer_protocol_assignment, ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest, JoinGroupRequest,
+    LeaveGroupRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::sync::Notify;
@@ -125,7 +125,9 @@ pub(crate) fn encode_assignment(partitions: &[(String, Vec<i32>)]) -> Result<Byt
     let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(
         partitions
             .iter()
-            .map(|(topic, ps)| consumer_protocol_assignment::TopicPartition::default().with_topic(topic_name(topic)).with_partitions(ps.clone()))
+            .map(|(topic, ps)| {
+                consumer_protocol_assignment::TopicPartition::default().with_topic(topic_name(topic)).with_partitions(ps.clone())
+            })
             .collect(),
     );
     let mut buf = BytesMut::new();
@@ -175,7 +177,9 @@ fn round_robin(members: &[(String, Bytes)]) -> Result<Vec<SyncGroupRequestAssign
     ids.iter()
         .zip(per_member)
         .map(|(id, parts)| {
-            Ok(SyncGroupRequestAssignment::default().with_member_id(StrBytes::from_string(id.to_string())).with_assignment(encode_assignment(&parts)?))
+            Ok(SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(id.to_string()))
+                .with_assignment(encode_assignment(&parts)?))
         })
         .collect()
 }
@@ -366,7 +370,9 @@ async fn member_loop(ctx: MemberCtx) -> Result<()> {
     let sync_v = fast.version::<SyncGroupRequest>(cfg.versions.sync)?;
     let hb_v = fast.version::<HeartbeatRequest>(cfg.versions.heartbeat)?;
     let group = GroupId(StrBytes::from_string(spec.group_id.clone()));
-    let protocols = vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_string(cfg.protocol.clone())).with_metadata(spec.subscription.clone())];
+    let protocols = vec![JoinGroupRequestProtocol::default()
+        .with_name(StrBytes::from_string(cfg.protocol.clone()))
+        .with_metadata(spec.subscription.clone())];
     let wake = tracker.with(idx, |t| t.wake.clone());
     let mut rng = member_seed(idx);
     let mut member_id = String::new();
@@ -522,7 +528,6 @@ impl RebalanceTiming {
     pub(crate) fn server_side(&self) -> Duration {
         self.total.saturating_sub(self.discovery).saturating_sub(self.leader_assign)
     }
-
 }
 
 /// One classic group driven by the benchmark.
@@ -551,7 +556,15 @@ impl Drop for ClassicGroup {
 impl ClassicGroup {
     /// Starts `members` members at once.
     pub(crate) fn spawn(spec: Rc<GroupSpec>, lanes: Rc<Lanes>, members: usize, slot_base: usize) -> ClassicGroup {
-        let mut group = ClassicGroup { spec, lanes, tracker: Rc::new(Tracker::default()), tasks: Vec::new(), slot_base, generation: 0, first_park: Duration::ZERO };
+        let mut group = ClassicGroup {
+            spec,
+            lanes,
+            tracker: Rc::new(Tracker::default()),
+            tasks: Vec::new(),
+            slot_base,
+            generation: 0,
+            first_park: Duration::ZERO,
+        };
         for _ in 0..members {
             group.add_member();
         }
@@ -560,20 +573,32 @@ impl ClassicGroup {
 
     fn add_member(&mut self) -> usize {
         let idx = self.tracker.add();
-        let ctx = MemberCtx { idx, slot: self.slot_base + idx, spec: self.spec.clone(), lanes: self.lanes.clone(), tracker: self.tracker.clone() };
+        let ctx = MemberCtx {
+            idx,
+            slot: self.slot_base + idx,
+            spec: self.spec.clone(),
+            lanes: self.lanes.clone(),
+            tracker: self.tracker.clone(),
+        };
         self.tasks.push(Some(tokio::task::spawn_local(member_task(ctx))));
         idx
     }
 
     /// Starts `members` members and waits until all of them have synced one generation.
-    pub(crate) async fn start(spec: Rc<GroupSpec>, lanes: Rc<Lanes>, members: usize, timeout: Duration) -> Result<(ClassicGroup, RebalanceTiming)> {
+    pub(crate) async fn start(
+        spec: Rc<GroupSpec>,
+        lanes: Rc<Lanes>,
+        members: usize,
+        timeout: Duration,
+    ) -> Result<(ClassicGroup, RebalanceTiming)> {
         let sent_before = lanes.requests_sent();
         let t0 = Instant::now();
         let mut group = ClassicGroup::spawn(spec, lanes, members, 0);
         let generation = group.tracker.wait_synced(-1, t0 + timeout).await?;
         let mut timing = group.timing(t0, generation);
         let first_park = group.tracker.tracks.borrow().iter().filter_map(|t| t.first_park_join_sent).min();
-        let join_done = group.tracker.tracks.borrow().iter().filter_map(|t| t.join_done.filter(|(g, _)| *g == generation).map(|(_, at)| at)).min();
+        let join_done =
+            group.tracker.tracks.borrow().iter().filter_map(|t| t.join_done.filter(|(g, _)| *g == generation).map(|(_, at)| at)).min();
         if let (Some(park), Some(done)) = (first_park, join_done) {
             timing.delay_served = Some(done.saturating_duration_since(park));
             group.first_park = park.saturating_duration_since(t0);
@@ -721,7 +746,11 @@ fn leave_request(group: &str, version: i16, members: &[String]) -> LeaveGroupReq
                 .iter()
                 .map(|id| {
                     let m = MemberIdentity::default().with_member_id(StrBytes::from_string(id.clone()));
-                    if version >= 5 { m.with_reason(Some(StrBytes::from_static_str("corral-bench"))) } else { m }
+                    if version >= 5 {
+                        m.with_reason(Some(StrBytes::from_static_str("corral-bench")))
+                    } else {
+                        m
+                    }
                 })
                 .collect(),
         )

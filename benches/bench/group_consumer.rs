@@ -136,7 +136,15 @@ impl Tracker {
 
     fn add(&self, member_id: String) -> usize {
         let mut tracks = self.tracks.borrow_mut();
-        tracks.push(Track { active: true, member_id, epoch: 0, owned: Vec::new(), cmd: Cmd::Nothing, wake: Rc::new(Notify::new()), heartbeats: 0 });
+        tracks.push(Track {
+            active: true,
+            member_id,
+            epoch: 0,
+            owned: Vec::new(),
+            cmd: Cmd::Nothing,
+            wake: Rc::new(Notify::new()),
+            heartbeats: 0,
+        });
         *self.epochs.borrow_mut().entry(0).or_default() += 1;
         self.active.set(self.active.get() + 1);
         drop(tracks);
@@ -337,11 +345,9 @@ async fn member_loop(ctx: MemberCtx) -> Result<()> {
                 tracker.update(idx, 0, Some(Vec::new()));
                 continue;
             }
-            code => bail!(
-                "ConsumerGroupHeartbeat: {} {}",
-                error_name(code),
-                response.error_message.map(|m| m.to_string()).unwrap_or_default()
-            ),
+            code => {
+                bail!("ConsumerGroupHeartbeat: {} {}", error_name(code), response.error_message.map(|m| m.to_string()).unwrap_or_default())
+            }
         }
         if report {
             continue;
@@ -400,7 +406,12 @@ impl ConsumerGroup {
     }
 
     /// Starts `members` members at once and waits for the group to converge.
-    pub(crate) async fn start(spec: Rc<ConsumerSpec>, lanes: Rc<Lanes>, members: usize, timeout: Duration) -> Result<(ConsumerGroup, ConvergeTiming)> {
+    pub(crate) async fn start(
+        spec: Rc<ConsumerSpec>,
+        lanes: Rc<Lanes>,
+        members: usize,
+        timeout: Duration,
+    ) -> Result<(ConsumerGroup, ConvergeTiming)> {
         let tracker = Rc::new(Tracker::new(spec.topics.total));
         let mut group = ConsumerGroup { spec, lanes, tracker, tasks: Vec::new() };
         let sent = group.lanes.requests_sent();
@@ -479,7 +490,11 @@ impl ConsumerGroup {
                             members: self.tracker.active.get(),
                             epoch,
                             total: since.saturating_duration_since(t0),
-                            first_at_epoch: self.tracker.newest_epoch_at.get().map_or(Duration::ZERO, |at| at.saturating_duration_since(t0)),
+                            first_at_epoch: self
+                                .tracker
+                                .newest_epoch_at
+                                .get()
+                                .map_or(Duration::ZERO, |at| at.saturating_duration_since(t0)),
                             requests: self.lanes.requests_sent() - sent_before,
                         });
                     }
@@ -504,7 +519,8 @@ impl ConsumerGroup {
     async fn confirm(&self, epoch: i32) -> Result<bool> {
         let lane = self.lanes.fast(0);
         let version = lane.version::<ConsumerGroupDescribeRequest>(1)?;
-        let request = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_string(self.spec.group_id.clone()))]);
+        let request =
+            ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_string(self.spec.group_id.clone()))]);
         let response = lane.call(version, &request).await?;
         let g = response.groups.first().ok_or_else(|| anyhow!("ConsumerGroupDescribe returned no group"))?;
         if g.error_code != 0 {

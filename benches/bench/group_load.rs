@@ -103,7 +103,13 @@ pub(crate) async fn setup(addr: SocketAddr, opts: &SetupOpts, server_pid: Option
 
 /// [`setup`] of the groups named `names` (instead of `opts.groups` groups named after
 /// `opts.group_prefix`): in a cluster, the groups one node coordinates.
-pub(crate) async fn setup_named(addr: SocketAddr, opts: &SetupOpts, names: &[String], server_pid: Option<u32>, settle: Duration) -> Result<Setup> {
+pub(crate) async fn setup_named(
+    addr: SocketAddr,
+    opts: &SetupOpts,
+    names: &[String],
+    server_pid: Option<u32>,
+    settle: Duration,
+) -> Result<Setup> {
     let per_wave = opts.groups_per_wave.clamp(1, names.len().max(1));
     let wave_members = per_wave * opts.members_per_group;
     let lanes = Rc::new(Lanes::connect(addr, opts.fast_lanes, wave_members, opts.per_parking_lane).await?);
@@ -137,12 +143,7 @@ pub(crate) async fn setup_named(addr: SocketAddr, opts: &SetupOpts, names: &[Str
         }
         next_group += count;
         out.waves.push(Wave { members_total: out.members.len(), seconds: wave_started.elapsed().as_secs_f64(), memory: memory() });
-        eprintln!(
-            "    setup: {} groups ({} members) Stable after {:.1} s",
-            next_group,
-            out.members.len(),
-            started.elapsed().as_secs_f64()
-        );
+        eprintln!("    setup: {} groups ({} members) Stable after {:.1} s", next_group, out.members.len(), started.elapsed().as_secs_f64());
     }
     out.seconds = started.elapsed().as_secs_f64();
     tokio::time::sleep(settle).await;
@@ -194,7 +195,12 @@ struct StormCounters {
 }
 
 /// Heartbeats for `members` as fast as the server answers, over `connections` connections.
-pub(crate) async fn heartbeat_storm(addr: SocketAddr, members: &[IdleMember], opts: &StormOpts, server_pid: Option<u32>) -> Result<StormRun> {
+pub(crate) async fn heartbeat_storm(
+    addr: SocketAddr,
+    members: &[IdleMember],
+    opts: &StormOpts,
+    server_pid: Option<u32>,
+) -> Result<StormRun> {
     if members.is_empty() {
         bail!("no members to heartbeat for");
     }
@@ -245,16 +251,16 @@ pub(crate) async fn heartbeat_storm(addr: SocketAddr, members: &[IdleMember], op
             errors.insert(code, d);
         }
     }
-    Ok(StormRun {
-        heartbeats: n1 - n0,
-        seconds: (t1 - t0).as_secs_f64(),
-        errors,
-        server_cpu: cpu_delta(cpu0, cpu1),
-        client_cpu: me1 - me0,
-    })
+    Ok(StormRun { heartbeats: n1 - n0, seconds: (t1 - t0).as_secs_f64(), errors, server_cpu: cpu_delta(cpu0, cpu1), client_cpu: me1 - me0 })
 }
 
-async fn storm_connection(stream: tokio::net::TcpStream, frames: Vec<Vec<u8>>, version: i16, depth: usize, counters: &StormCounters) -> Result<()> {
+async fn storm_connection(
+    stream: tokio::net::TcpStream,
+    frames: Vec<Vec<u8>>,
+    version: i16,
+    depth: usize,
+    counters: &StormCounters,
+) -> Result<()> {
     let (mut read, mut write) = stream.into_split();
     let mut reader = FrameBuf::new();
     let mut out: Vec<u8> = Vec::with_capacity(depth * frames.first().map_or(128, Vec::len));
@@ -368,14 +374,23 @@ struct CommitCounters {
 
 /// Every committer commits `partitions_per_commit` offsets, waits for the answer, and commits
 /// again (offsets grow by one each time).
-pub(crate) async fn commit_storm(addr: SocketAddr, committers: &[IdleMember], opts: &CommitOpts, server_pid: Option<u32>) -> Result<CommitRun> {
+pub(crate) async fn commit_storm(
+    addr: SocketAddr,
+    committers: &[IdleMember],
+    opts: &CommitOpts,
+    server_pid: Option<u32>,
+) -> Result<CommitRun> {
     commit_storm_routed(&[(addr, committers)], opts, server_pid.as_slice()).await
 }
 
 /// [`commit_storm`] with each committer sending to its own node: `routes` pairs a node with the
 /// committers whose groups it coordinates, and each node gets `opts.connections` connections.
 /// One measured window covers them all; the server CPU is the sum over `server_pids`.
-pub(crate) async fn commit_storm_routed(routes: &[(SocketAddr, &[IdleMember])], opts: &CommitOpts, server_pids: &[u32]) -> Result<CommitRun> {
+pub(crate) async fn commit_storm_routed(
+    routes: &[(SocketAddr, &[IdleMember])],
+    opts: &CommitOpts,
+    server_pids: &[u32],
+) -> Result<CommitRun> {
     let counters = Rc::new(CommitCounters::default());
     let mut tasks = Vec::new();
     let mut committers = 0;
@@ -416,7 +431,14 @@ pub(crate) async fn commit_storm_routed(routes: &[(SocketAddr, &[IdleMember])], 
 }
 
 /// One closed-loop task per committer, spread over the fast lanes of one node.
-fn spawn_committers(lanes: &Lanes, version: i16, committers: &[IdleMember], opts: &CommitOpts, counters: &Rc<CommitCounters>, tasks: &mut Vec<tokio::task::JoinHandle<()>>) {
+fn spawn_committers(
+    lanes: &Lanes,
+    version: i16,
+    committers: &[IdleMember],
+    opts: &CommitOpts,
+    counters: &Rc<CommitCounters>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
     for (i, m) in committers.iter().enumerate() {
         let lane = lanes.fast(i).clone();
         let counters = counters.clone();
@@ -432,7 +454,11 @@ fn spawn_committers(lanes: &Lanes, version: i16, committers: &[IdleMember], opts
                     .with_member_id(StrBytes::from_string(m.member_id.clone()))
                     .with_topics(vec![OffsetCommitRequestTopic::default().with_name(topic_name(&opts.topic)).with_partitions(
                         (0..opts.partitions_per_commit)
-                            .map(|p| OffsetCommitRequestPartition::default().with_partition_index(p).with_committed_offset(offset * 100 + i64::from(p)))
+                            .map(|p| {
+                                OffsetCommitRequestPartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(offset * 100 + i64::from(p))
+                            })
                             .collect(),
                     )]);
                 let sent = Instant::now();

@@ -218,17 +218,32 @@ pub(crate) fn run(opts: &GroupsOpts) -> Result<()> {
     std::fs::write(&config, opts.config_toml())?;
     let shards = shard_count(opts);
     let mut results = Results { shards, ..Results::default() };
-    print_header(opts, &format!("{} {}  ({shards} shards; data in {})", opts.server.display(), opts.server_args.join(" "), work.path.display()));
+    print_header(
+        opts,
+        &format!("{} {}  ({shards} shards; data in {})", opts.server.display(), opts.server_args.join(" "), work.path.display()),
+    );
     results.load_at.push(("start".into(), crate::suite::load_average()));
 
     if opts.rebalance {
-        let server = ManagedServer::start(&opts.server, &work.path.join("data-rebalance"), &config, &work.path.join("corral-rebalance.log"), &opts.server_args)?;
+        let server = ManagedServer::start(
+            &opts.server,
+            &work.path.join("data-rebalance"),
+            &config,
+            &work.path.join("corral-rebalance.log"),
+            &opts.server_args,
+        )?;
         local.block_on(&runtime, rebalance_phase(opts, server.kafka, server.pid(), &mut results))?;
         server.stop()?;
         results.load_at.push(("after rebalance scenarios".into(), crate::suite::load_average()));
     }
     if opts.load {
-        let server = ManagedServer::start(&opts.server, &work.path.join("data-load"), &config, &work.path.join("corral-load.log"), &opts.server_args)?;
+        let server = ManagedServer::start(
+            &opts.server,
+            &work.path.join("data-load"),
+            &config,
+            &work.path.join("corral-load.log"),
+            &opts.server_args,
+        )?;
         local.block_on(&runtime, load_phase(opts, server.kafka, server.pid(), &mut results))?;
         server.stop()?;
         results.load_at.push(("end".into(), crate::suite::load_average()));
@@ -258,7 +273,8 @@ pub(crate) fn run_against(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Op
 fn finish(opts: &GroupsOpts, results: &Results) -> Result<()> {
     print_report(opts, results);
     if let Some(path) = &opts.json {
-        std::fs::write(path, serde_json::to_string_pretty(&json_report(opts, results))? + "\n").with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&json_report(opts, results))? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
@@ -333,7 +349,12 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
     let created = Instant::now();
     let ids = create_topics(addr, &all).await?;
     results.topic_creation_seconds = created.elapsed().as_secs_f64();
-    eprintln!("  created {} topics ({} partitions) in {:.1} s", all.len(), all.iter().map(|(_, p)| *p as i64).sum::<i64>(), results.topic_creation_seconds);
+    eprintln!(
+        "  created {} topics ({} partitions) in {:.1} s",
+        all.len(),
+        all.iter().map(|(_, p)| *p as i64).sum::<i64>(),
+        results.topic_creation_seconds
+    );
     register_topics(&all);
     let consumer_topics = Rc::new(Topics::new(&ids));
     let lanes = Rc::new(Lanes::connect(addr, opts.fast_lanes, opts.members + 1, opts.per_parking_lane).await?);
@@ -350,7 +371,10 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
         run.first_park = Some(ms(group.first_park));
         check_partitions(&start, spec.partitions())?;
         progress(&format!("classic 1x{} start {tag}", opts.partitions_per_topic), &run, Some(delay));
-        results.row("classic_start", &format!("classic, {n} members, 1 topic x {} partitions: start", opts.partitions_per_topic)).runs.push(run);
+        results
+            .row("classic_start", &format!("classic, {n} members, 1 topic x {} partitions: start", opts.partitions_per_topic))
+            .runs
+            .push(run);
         let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Heartbeat, timeout)).await?;
         check_partitions(&leave, spec.partitions())?;
         let run = EventRun::classic(&leave, cpu);
@@ -473,7 +497,13 @@ async fn load_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u
     if let Some((rss, anon)) = setup.bytes_per_member() {
         eprintln!("  memory per idle member: {rss:.0} B RSS ({anon:.0} B anonymous)");
     }
-    let storm = StormOpts { connections: opts.storm_connections, depth: opts.storm_depth, warmup: opts.warmup, duration: opts.duration, version: 4 };
+    let storm = StormOpts {
+        connections: opts.storm_connections,
+        depth: opts.storm_depth,
+        warmup: opts.warmup,
+        duration: opts.duration,
+        version: 4,
+    };
     for rep in 0..opts.load_reps {
         let run = group_load::heartbeat_storm(addr, &setup.members, &storm, pid).await?;
         eprintln!(
@@ -562,7 +592,10 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
     let delay = opts.initial_delay_ms as f64;
     if !r.rows.is_empty() {
         println!();
-        println!("Rebalances: medians over {} repetitions (ms, client clock). discovery = until the last member sent its JoinGroup;", opts.reps);
+        println!(
+            "Rebalances: medians over {} repetitions (ms, client clock). discovery = until the last member sent its JoinGroup;",
+            opts.reps
+        );
         println!("server side = total - discovery - leader's assignment work; KIP-848: total = until every member owns its target at the final epoch.");
         println!(
             "{:<66} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8}",
@@ -630,7 +663,9 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
             "Idle members: {} groups x {} members = {n} Stable members, created in {:.1} s over {} fast + {} parking connections",
             opts.idle_groups, opts.idle_members_per_group, setup.seconds, setup.connections.0, setup.connections.1
         );
-        let mem = |m: Option<crate::server::Memory>| m.map_or("-".into(), |m| format!("VmRSS {} kB (anon {} kB, file {} kB)", m.rss_kb, m.anon_kb, m.file_kb));
+        let mem = |m: Option<crate::server::Memory>| {
+            m.map_or("-".into(), |m| format!("VmRSS {} kB (anon {} kB, file {} kB)", m.rss_kb, m.anon_kb, m.file_kb))
+        };
         println!("  server memory before: {}", mem(setup.baseline));
         for (i, w) in setup.waves.iter().enumerate() {
             println!("  after wave {} ({} members, {:.1} s): {}", i + 1, w.members_total, w.seconds, mem(w.memory));
@@ -706,10 +741,7 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
         );
     }
     println!();
-    println!(
-        "load average (1 min): {}",
-        r.load_at.iter().map(|(when, l)| format!("{when} {l:.2}")).collect::<Vec<_>>().join(", ")
-    );
+    println!("load average (1 min): {}", r.load_at.iter().map(|(when, l)| format!("{when} {l:.2}")).collect::<Vec<_>>().join(", "));
 }
 
 fn json_report(opts: &GroupsOpts, r: &Results) -> Value {

@@ -224,7 +224,13 @@ pub(crate) fn pick_version<R: Request>(versions: &HashMap<i16, (i16, i16)>, pref
 /// Appends one request frame (size prefix included) to `buf`. Every request header version
 /// starts with api_key (2), api_version (2), correlation_id (4), so the correlation id is at
 /// bytes 8..12 of the frame and can be patched later.
-pub(crate) fn encode_frame<R: Request>(buf: &mut BytesMut, version: i16, correlation_id: i32, client_id: &StrBytes, request: &R) -> Result<()> {
+pub(crate) fn encode_frame<R: Request>(
+    buf: &mut BytesMut,
+    version: i16,
+    correlation_id: i32,
+    client_id: &StrBytes,
+    request: &R,
+) -> Result<()> {
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
         .with_request_api_version(version)

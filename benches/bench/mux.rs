@@ -157,9 +157,7 @@ impl Mux {
         let mut frame = BytesMut::with_capacity(256);
         kafka::encode_frame(&mut frame, version, 0, &self.client_id, request)?;
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Outgoing { frame, api_key: R::KEY, version, reply })
-            .map_err(|_| anyhow!("connection closed"))?;
+        self.tx.send(Outgoing { frame, api_key: R::KEY, version, reply }).map_err(|_| anyhow!("connection closed"))?;
         self.sent.set(self.sent.get() + 1);
         rx.await.map_err(|_| anyhow!("connection closed before the response to {}", kafka::api_name(R::KEY)))?
     }

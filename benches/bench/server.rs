@@ -399,7 +399,8 @@ impl ResourceMeter {
         if let Some(sampler) = self.sampler.take() {
             let _ = sampler.join();
         }
-        let cpu = self.cpu_before.zip(process_cpu_time(self.pid)).map(|((u0, s0), (u1, s1))| (u1 + s1).saturating_sub(u0 + s0).as_secs_f64());
+        let cpu =
+            self.cpu_before.zip(process_cpu_time(self.pid)).map(|((u0, s0), (u1, s1))| (u1 + s1).saturating_sub(u0 + s0).as_secs_f64());
         let peak = self.peak_kb.load(Ordering::Relaxed);
         Resources { cpu_seconds: cpu, peak_rss_kb: (peak > 0).then_some(peak) }
     }

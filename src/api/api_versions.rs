@@ -27,9 +27,7 @@ async fn handle(_shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerR
 /// read) with UNSUPPORTED_VERSION and the full list, so the client retries with a version it
 /// finds there (KIP-511).
 pub(crate) fn unsupported_version(ctx: &RequestContext) -> Reply {
-    let response = ApiVersionsResponse::default()
-        .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(api_keys());
+    let response = ApiVersionsResponse::default().with_error_code(ResponseError::UnsupportedVersion.code()).with_api_keys(api_keys());
     match encode_frame(ctx.correlation_id, 0, &response, 0) {
         Ok(frame) => Reply::Frame(frame),
         Err(e) => Reply::Failed(e.to_string()),
@@ -47,10 +45,7 @@ fn api_keys() -> Vec<ApiVersion> {
 fn valid_client_software(s: &str) -> bool {
     let b = s.as_bytes();
     let edge = |c: &u8| c.is_ascii_alphanumeric();
-    !b.is_empty()
-        && edge(&b[0])
-        && edge(&b[b.len() - 1])
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
+    !b.is_empty() && edge(&b[0]) && edge(&b[b.len() - 1]) && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.')
 }
 
 #[cfg(test)]

@@ -50,7 +50,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         for (group, reply) in pending {
             let base = DescribedGroup::default().with_group_id(group.clone());
             let entry = if group.is_empty() {
-                base.with_error_code(ResponseError::InvalidGroupId.code()).with_error_message(Some(StrBytes::from_static_str("GroupId can't be empty.")))
+                base.with_error_code(ResponseError::InvalidGroupId.code())
+                    .with_error_message(Some(StrBytes::from_static_str("GroupId can't be empty.")))
             } else {
                 match groups::resolve(reply.await) {
                     Err(e) => base.with_error_code(e.code()),
@@ -69,7 +70,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                                     .with_member_epoch(m.epoch)
                                     .with_client_id(StrBytes::from_string(m.client_id))
                                     .with_client_host(StrBytes::from_string(m.client_host))
-                                    .with_subscribed_topic_names(m.subscribed_names.into_iter().map(|n| TopicName(StrBytes::from_string(n))).collect())
+                                    .with_subscribed_topic_names(
+                                        m.subscribed_names.into_iter().map(|n| TopicName(StrBytes::from_string(n))).collect(),
+                                    )
                                     .with_subscribed_topic_regex(m.subscribed_regex.map(StrBytes::from_string))
                                     .with_assignment(assignment(m.assignment))
                                     .with_target_assignment(assignment(m.target));

@@ -44,8 +44,14 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     })
     .await;
     Ok(Handled::Later(Box::pin(async move {
-        let answer = groups::resolve(pending.await)
-            .unwrap_or_else(|e| HeartbeatAnswer { error: e.code(), message: None, member_id: None, epoch: 0, interval_ms: 0, assignment: None });
+        let answer = groups::resolve(pending.await).unwrap_or_else(|e| HeartbeatAnswer {
+            error: e.code(),
+            message: None,
+            member_id: None,
+            epoch: 0,
+            interval_ms: 0,
+            assignment: None,
+        });
         ctx.respond(&shape(answer))
     })))
 }
@@ -61,12 +67,16 @@ fn shape(a: HeartbeatAnswer) -> ConsumerGroupHeartbeatResponse {
         return response;
     }
     if let Some(assignment) = a.assignment {
-        response = response.with_assignment(Some(Assignment::default().with_topic_partitions(
-            assignment
-                .into_iter()
-                .map(|(topic, partitions)| TopicPartitions::default().with_topic_id(topic).with_partitions(partitions.into_iter().collect()))
-                .collect(),
-        )));
+        response = response.with_assignment(Some(
+            Assignment::default().with_topic_partitions(
+                assignment
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        TopicPartitions::default().with_topic_id(topic).with_partitions(partitions.into_iter().collect())
+                    })
+                    .collect(),
+            ),
+        ));
     }
     response
 }

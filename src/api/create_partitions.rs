@@ -19,11 +19,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let node_id = shard.node.node_id;
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
-        let bad_assignment = topic
-            .assignments
-            .iter()
-            .flatten()
-            .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node_id);
+        let bad_assignment = topic.assignments.iter().flatten().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node_id);
         let outcome = if bad_assignment {
             Err(TopicError::InvalidReplicaAssignment(format!("new partitions must be assigned to broker {node_id} only")))
         } else {

@@ -89,9 +89,7 @@ async fn create(shard: &Rc<Shard>, topic: CreatableTopic, validate_only: bool) -
     match topic.replication_factor {
         -1 | 1 => {}
         rf if rf < 1 => return Err(TopicError::InvalidReplicationFactor(format!("replication factor must be larger than 0, got {rf}"))),
-        rf => {
-            return Err(TopicError::InvalidReplicationFactor(format!("replication factor: {rf} larger than available brokers: 1")))
-        }
+        rf => return Err(TopicError::InvalidReplicationFactor(format!("replication factor: {rf} larger than available brokers: 1"))),
     }
     let config = TopicConfig::from_pairs(topic.configs.iter().map(|c| (&*c.name, c.value.as_deref())))?;
     let created = cluster::create_topic(shard, &topic.name.0, partitions, config.clone(), validate_only).await?;

@@ -34,9 +34,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let node = &shard.node;
     let mut results = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
-        let mut result = DescribeConfigsResult::default()
-            .with_resource_type(resource.resource_type)
-            .with_resource_name(resource.resource_name.clone());
+        let mut result =
+            DescribeConfigsResult::default().with_resource_type(resource.resource_type).with_resource_name(resource.resource_name.clone());
         let described = match resource.resource_type {
             TOPIC => match node.catalog.get(&resource.resource_name) {
                 Some(topic) => Ok(topic
@@ -107,7 +106,12 @@ fn broker_configs(config: &Config, node_id: i32) -> Vec<Described> {
         ("log.retention.ms", d.retention_ms.to_string(), ConfigType::Long, "topics.defaults.retention_ms"),
         ("log.index.interval.bytes", d.index_interval_bytes.to_string(), ConfigType::Int, "topics.defaults.index_interval_bytes"),
         ("message.max.bytes", d.max_message_bytes.to_string(), ConfigType::Int, "topics.defaults.max_message_bytes"),
-        ("log.retention.check.interval.ms", s.retention_check_interval_ms.to_string(), ConfigType::Long, "storage.retention_check_interval_ms"),
+        (
+            "log.retention.check.interval.ms",
+            s.retention_check_interval_ms.to_string(),
+            ConfigType::Long,
+            "storage.retention_check_interval_ms",
+        ),
         ("log.flush.interval.messages", long(s.flush_messages as i64), ConfigType::Long, "storage.flush_messages"),
         ("log.flush.interval.ms", long(s.flush_ms as i64), ConfigType::Long, "storage.flush_ms"),
         ("socket.request.max.bytes", config.kafka.max_frame_bytes.to_string(), ConfigType::Int, "kafka.max_frame_bytes"),

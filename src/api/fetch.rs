@@ -180,11 +180,7 @@ async fn read_all(shard: &Rc<Shard>, targets: &[Target]) -> Vec<Option<ReadResul
 
 /// Builds the response in request order within the response's `max_bytes`: the first partition
 /// with data always keeps its whole first batch (KIP-74); later ones get what budget is left.
-fn assemble(
-    layout: &[TopicLayout],
-    reads: &mut [Option<ReadResult>],
-    max_bytes: u64,
-) -> (FetchReply, u64, bool) {
+fn assemble(layout: &[TopicLayout], reads: &mut [Option<ReadResult>], max_bytes: u64) -> (FetchReply, u64, bool) {
     let mut budget = max_bytes;
     let mut total = 0u64;
     let mut has_error = false;

@@ -22,8 +22,7 @@ const TRANSACTION: i8 = 1;
 
 async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: FindCoordinatorRequest = ctx.decode(body)?;
-    let keys: Vec<StrBytes> =
-        if ctx.api_version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
+    let keys: Vec<StrBytes> = if ctx.api_version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
         coordinators.push(answer(&shard, request.key_type, key).await);
@@ -32,11 +31,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
         let c = coordinators.pop().unwrap_or_default();
-        let mut r = FindCoordinatorResponse::default()
-            .with_error_code(c.error_code)
-            .with_node_id(c.node_id)
-            .with_host(c.host)
-            .with_port(c.port);
+        let mut r =
+            FindCoordinatorResponse::default().with_error_code(c.error_code).with_node_id(c.node_id).with_host(c.host).with_port(c.port);
         if ctx.api_version >= 1 {
             // v1–v3 success carries the literal "NONE", as Kafka fills it from the error name.
             r = r.with_error_message(Some(c.error_message.unwrap_or_else(|| StrBytes::from_static_str("NONE"))));

@@ -23,9 +23,7 @@ where
         return Reply::Ready(Some(None));
     };
     node.mesh
-        .call(shard, owner, move |owner| {
-            owner.coordinator(partition).map(|runner| runner.availability().map(|()| f(owner, &runner)))
-        })
+        .call(shard, owner, move |owner| owner.coordinator(partition).map(|runner| runner.availability().map(|()| f(owner, &runner))))
         .await
 }
 

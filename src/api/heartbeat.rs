@@ -20,7 +20,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         member_id: request.member_id.to_string(),
         instance_id: request.group_instance_id.map(|i| i.to_string()),
     };
-    let pending = groups::call(&shard, &beat.group_id.clone(), move |_, runner| runner.with_state(|state, now| state.heartbeat(now, &beat))).await;
+    let pending =
+        groups::call(&shard, &beat.group_id.clone(), move |_, runner| runner.with_state(|state, now| state.heartbeat(now, &beat))).await;
     Ok(Handled::Later(Box::pin(async move {
         let code = groups::resolve(pending.await).unwrap_or_else(|e| e.code());
         ctx.respond(&HeartbeatResponse::default().with_error_code(code))

@@ -23,7 +23,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     };
     let group_id = request.group_id.to_string();
     let listed = members.clone();
-    let pending = groups::call(&shard, &group_id.clone(), move |_, runner| runner.with_state(|state, now| state.leave(now, &group_id, &listed))).await;
+    let pending =
+        groups::call(&shard, &group_id.clone(), move |_, runner| runner.with_state(|state, now| state.leave(now, &group_id, &listed)))
+            .await;
     Ok(Handled::Later(Box::pin(async move {
         let (error, codes) = match groups::resolve(pending.await) {
             Ok(result) => (result.error, result.members),

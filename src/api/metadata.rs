@@ -76,7 +76,8 @@ async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool)
     if let Some(topic) = catalog.get(name) {
         return describe(shard, &topic);
     }
-    let error = |code: ResponseError| MetadataResponseTopic::default().with_name(Some(TopicName(name.clone()))).with_error_code(code.code());
+    let error =
+        |code: ResponseError| MetadataResponseTopic::default().with_name(Some(TopicName(name.clone()))).with_error_code(code.code());
     if validate_topic_name(name).is_err() {
         return error(ResponseError::InvalidTopicException);
     }

@@ -54,7 +54,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                     parts
                         .into_iter()
                         .map(|(index, slot)| {
-                            let code = slot.map_or_else(|e| e, |i| codes.get(i).copied().unwrap_or(ResponseError::UnknownServerError.code()));
+                            let code =
+                                slot.map_or_else(|e| e, |i| codes.get(i).copied().unwrap_or(ResponseError::UnknownServerError.code()));
                             OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
                         })
                         .collect(),

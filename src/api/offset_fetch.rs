@@ -45,7 +45,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let asked = topics.clone();
         let reply = groups::call(&shard, &id.clone(), move |_, runner| {
             let state = runner.state.borrow();
-            state.validate_fetch_member(&id, member.as_deref(), epoch).map(|()| state.fetch_offsets(&id, asked.as_deref())).map_err(|e| e.code())
+            state
+                .validate_fetch_member(&id, member.as_deref(), epoch)
+                .map(|()| state.fetch_offsets(&id, asked.as_deref()))
+                .map_err(|e| e.code())
         })
         .await;
         pending.push((group, topics, reply));
@@ -96,7 +99,8 @@ fn shape(results: Vec<(GroupId, Topics, Result<Fetched, i16>)>, version: i16) ->
         Ok(f) => (NONE, f),
         // v1 has no group-level error: every requested partition carries it.
         Err(e) if version < 2 => {
-            let parts = requested.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, -1, -1, String::new())).collect()));
+            let parts =
+                requested.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, -1, -1, String::new())).collect()));
             (e, parts.collect())
         }
         Err(e) => (e, Vec::new()),

@@ -121,9 +121,8 @@ impl Catalog {
     pub fn load(meta_dir: &Path, shards: usize, node_id: i32) -> std::io::Result<Catalog> {
         let path = meta_dir.join("topics.json");
         let stored = match std::fs::read(&path) {
-            Ok(bytes) => StoredCatalog::parse(&bytes).map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
-            })?,
+            Ok(bytes) => StoredCatalog::parse(&bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 StoredCatalog { applied: None, membership: Default::default(), topics: Vec::new() }
             }
@@ -164,11 +163,7 @@ impl Catalog {
             .enumerate()
             .map(|(p, leader)| match previous.and_then(|t| t.partition(p as i32)) {
                 Some(old) => PartitionMeta { shard: old.shard, leader: old.leader, end_offset: old.end_offset.clone() },
-                None => PartitionMeta {
-                    shard: shard_for(id, p as i32, self.shards),
-                    leader,
-                    end_offset: Arc::new(watch::channel(0).0),
-                },
+                None => PartitionMeta { shard: shard_for(id, p as i32, self.shards), leader, end_offset: Arc::new(watch::channel(0).0) },
             })
             .collect();
         Arc::new(Topic { name, id, partitions, config })

@@ -45,10 +45,20 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TopicChange {
     /// A new topic; `placement` holds the node of each partition.
-    Create { name: String, id: Uuid, config: TopicConfig, placement: Vec<i32> },
+    Create {
+        name: String,
+        id: Uuid,
+        config: TopicConfig,
+        placement: Vec<i32>,
+    },
     /// A topic grown: `placement` is the whole topic's, existing partitions first.
-    AddPartitions { id: Uuid, placement: Vec<i32> },
-    Delete { id: Uuid },
+    AddPartitions {
+        id: Uuid,
+        placement: Vec<i32>,
+    },
+    Delete {
+        id: Uuid,
+    },
 }
 
 /// Why a topic change was not made. Travels back to the node that forwarded it.
@@ -103,9 +113,7 @@ impl MetadataGroup {
         let config = crate::raft::metadata_config().map_err(|e| format!("Raft config: {e}"))?;
         let machine = MetadataStateMachine { node: node.clone(), current: None };
         let log_reader = store.reader();
-        let raft = Raft::new(me, config, network.clone(), store, machine)
-            .await
-            .map_err(|e| format!("cannot start its Raft group: {e}"))?;
+        let raft = Raft::new(me, config, network.clone(), store, machine).await.map_err(|e| format!("cannot start its Raft group: {e}"))?;
         crate::raft::join_group(&raft, me, &members, STARTUP_TIMEOUT).await?;
         let election = Election::start(METADATA_GROUP, raft.clone(), log_reader, preferred, network);
         let group = Rc::new(MetadataGroup { raft, election, node });
@@ -170,12 +178,10 @@ impl MetadataGroup {
         loop {
             let failed = match self.write(encoded.clone()).await {
                 Ok(_) => return Ok(()),
-                Err(WriteError::NotLeader(Some(leader))) if leader != me => {
-                    match self.node.peers.propose(leader, encoded.clone()).await {
-                        Ok(log_id) => return self.wait_applied(log_id, deadline).await,
-                        Err(e) => e,
-                    }
-                }
+                Err(WriteError::NotLeader(Some(leader))) if leader != me => match self.node.peers.propose(leader, encoded.clone()).await {
+                    Ok(log_id) => return self.wait_applied(log_id, deadline).await,
+                    Err(e) => e,
+                },
                 Err(e) => e,
             };
             let retry = matches!(failed, WriteError::NotLeader(_) | WriteError::Unreachable { .. });

@@ -145,7 +145,9 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
     }
     let current = topic.partitions.len() as i32;
     if count <= current {
-        return Err(TopicError::InvalidPartitions(format!("topic currently has {current} partitions, which is higher than or equal to the requested {count}")));
+        return Err(TopicError::InvalidPartitions(format!(
+            "topic currently has {current} partitions, which is higher than or equal to the requested {count}"
+        )));
     }
     check_partition_count(shard, count)?;
     if validate_only {

@@ -33,9 +33,11 @@ impl ProducerIds {
     pub fn load(meta_dir: &Path) -> std::io::Result<ProducerIds> {
         let path = meta_dir.join("producer_ids.json");
         let start = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice::<Stored>(&bytes)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?
-                .next_block_start,
+            Ok(bytes) => {
+                serde_json::from_slice::<Stored>(&bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?
+                    .next_block_start
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(e),
         };

@@ -125,8 +125,7 @@ impl<'a> Group<'a> {
             .iter()
             .map(|m| {
                 *by_raw.entry(&m.topics).or_insert_with(|| {
-                    let effective: BTreeSet<Uuid> =
-                        m.topics.iter().filter(|t| counts.contains_key(t)).copied().collect();
+                    let effective: BTreeSet<Uuid> = m.topics.iter().filter(|t| counts.contains_key(t)).copied().collect();
                     *by_effective.entry(effective).or_insert_with_key(|e| {
                         classes.push(e.clone());
                         classes.len() - 1
@@ -294,8 +293,7 @@ fn heterogeneous(group: &Group<'_>, active: &[usize], wiring: Option<Wiring>) ->
     for &m in active {
         class_size[group.class_of[m]] += 1;
     }
-    let mut topics: Vec<(usize, Uuid)> =
-        topic_classes.iter().map(|(&t, cs)| (cs.iter().map(|&c| class_size[c]).sum(), t)).collect();
+    let mut topics: Vec<(usize, Uuid)> = topic_classes.iter().map(|(&t, cs)| (cs.iter().map(|&c| class_size[c]).sum(), t)).collect();
     topics.sort_unstable();
     for (_, t) in topics {
         b.place(t, owners.free(t));
@@ -381,8 +379,7 @@ fn cheaper_wiring(
     let topics_read = (subscribed / n).clamp(1, ceil + 1);
     let member_class_links: u64 = topic_classes.values().map(|cs| cs.len() as u64).sum();
     let read_by_member_class = member_class_links / topic_classes.len().max(1) as u64;
-    let update_by_topic_class: u64 =
-        active.iter().map(|&m| class_buckets[group.class_of[m]].len() as u64).sum::<u64>() / n;
+    let update_by_topic_class: u64 = active.iter().map(|&m| class_buckets[group.class_of[m]].len() as u64).sum::<u64>() / n;
 
     let by_member = member_class_links + considered * topics_read * read_by_member_class + updates * UPDATE;
     let by_topic = considered * topics_read + updates * UPDATE * update_by_topic_class;
@@ -468,10 +465,8 @@ impl Balancer {
     /// that subscribes to `t`, and only the bucket that changed is looked at again.
     fn place(&mut self, t: Uuid, partitions: impl Iterator<Item = i32>) {
         let Some(topic_buckets) = self.topic_buckets.get(&t) else { return };
-        let mut heads: BinaryHeap<Reverse<(usize, usize, usize)>> = topic_buckets
-            .iter()
-            .filter_map(|&b| self.buckets[b].first().map(|&(load, m)| Reverse((load, m, b))))
-            .collect();
+        let mut heads: BinaryHeap<Reverse<(usize, usize, usize)>> =
+            topic_buckets.iter().filter_map(|&b| self.buckets[b].first().map(|&(load, m)| Reverse((load, m, b)))).collect();
         // The heap holds one entry per bucket. An entry goes stale if its member's load changed
         // through another bucket of the same topic (neither wiring does that, but it costs one
         // comparison to be sure); a stale entry is replaced by the bucket's real head.
@@ -528,8 +523,7 @@ impl Balancer {
     /// churn low: on a join the surplus comes from the fullest members, one partition each, rather
     /// than draining one member and refilling it from the others.
     fn balance(&mut self) {
-        let mut queue: BTreeSet<(Reverse<usize>, usize)> =
-            (0..self.load.len()).map(|m| (Reverse(self.load[m]), m)).collect();
+        let mut queue: BTreeSet<(Reverse<usize>, usize)> = (0..self.load.len()).map(|m| (Reverse(self.load[m]), m)).collect();
         loop {
             while let Some((_, a)) = queue.pop_first() {
                 // A member with no move now is dropped; it comes back if it receives a partition
@@ -541,9 +535,7 @@ impl Balancer {
                 queue.insert((Reverse(self.load[a]), a));
                 queue.insert((Reverse(self.load[b]), b));
             }
-            queue.extend(
-                (0..self.load.len()).filter(|&m| self.best_move(m).is_some()).map(|m| (Reverse(self.load[m]), m)),
-            );
+            queue.extend((0..self.load.len()).filter(|&m| self.best_move(m).is_some()).map(|m| (Reverse(self.load[m]), m)));
             if queue.is_empty() {
                 return;
             }
@@ -682,11 +674,8 @@ mod tests {
         for a in result.values() {
             assert!(a.values().all(|ps| !ps.is_empty()), "empty topic entry in {a:?}");
         }
-        let wanted: usize = partitions
-            .iter()
-            .filter(|(t, _)| ms.iter().any(|m| m.topics.contains(t)))
-            .map(|(_, &n)| n.max(0) as usize)
-            .sum();
+        let wanted: usize =
+            partitions.iter().filter(|(t, _)| ms.iter().any(|m| m.topics.contains(t))).map(|(_, &n)| n.max(0) as usize).sum();
         assert_eq!(owned.len(), wanted, "every subscribed partition assigned");
     }
 
@@ -798,8 +787,7 @@ mod tests {
 
         // Leave: only the leaver's 6 partitions move.
         let leaver = "m0003";
-        let ms: Vec<MemberSpec> =
-            with_current(base_members, &base).into_iter().filter(|m| m.member_id != leaver).collect();
+        let ms: Vec<MemberSpec> = with_current(base_members, &base).into_iter().filter(|m| m.member_id != leaver).collect();
         let left = Assignor::Uniform.assign(&ms, &parts);
         check_valid(&ms, &parts, &left);
         assert_eq!(spread(&left), (6, 7));
@@ -964,9 +952,8 @@ mod tests {
         let ts: Vec<Uuid> = (1..=5).map(topic).collect();
         let parts: Vec<(Uuid, i32)> = ts.iter().map(|&t| (t, 3 + rng.below(20) as i32)).collect();
         let homo = members(9, &ts);
-        let mut hetero: Vec<MemberSpec> = (0..9)
-            .map(|i| member(&format!("h{i:04}"), &ts.iter().copied().filter(|_| rng.below(2) == 0).collect::<Vec<_>>()))
-            .collect();
+        let mut hetero: Vec<MemberSpec> =
+            (0..9).map(|i| member(&format!("h{i:04}"), &ts.iter().copied().filter(|_| rng.below(2) == 0).collect::<Vec<_>>())).collect();
         hetero[4].instance_id = Some("static".into());
         let homo_r = Assignor::Uniform.assign(&homo, &parts.iter().copied().collect());
         let hetero_r = Assignor::Uniform.assign(&hetero, &parts.iter().copied().collect());
@@ -1020,11 +1007,7 @@ mod tests {
         // t1 shrank from 8 to 4 partitions, t3 was deleted, t2 has a zero/negative count.
         let parts = HashMap::from([(t1, 4), (t2, 0), (topic(4), -1)]);
         let mut ms = vec![member("a", &[t1, t2, gone]), member("b", &[t1]), member("c", &[t1, topic(4)])];
-        ms[0].current = Assignment::from([
-            (t1, BTreeSet::from([0, 5, 6, 7])),
-            (t2, BTreeSet::from([0])),
-            (gone, BTreeSet::from([0, 1])),
-        ]);
+        ms[0].current = Assignment::from([(t1, BTreeSet::from([0, 5, 6, 7])), (t2, BTreeSet::from([0])), (gone, BTreeSet::from([0, 1]))]);
         // b no longer subscribes to t2; it also claims a's partition 0 (first claimant wins).
         ms[1].current = Assignment::from([(t1, BTreeSet::from([0, 1, -1])), (t2, BTreeSet::from([1]))]);
         for assignor in [Assignor::Uniform, Assignor::Range] {
@@ -1183,13 +1166,10 @@ mod tests {
         let mut rng = Rng(3);
         let ts: Vec<Uuid> = (1..=200).map(topic).collect();
         let parts: HashMap<Uuid, i32> = ts.iter().map(|&t| (t, 10)).collect();
-        let ms: Vec<MemberSpec> = (0..200)
-            .map(|i| member(&format!("m{i:04}"), &ts.iter().copied().filter(|_| rng.below(2) == 0).collect::<Vec<_>>()))
-            .collect();
+        let ms: Vec<MemberSpec> =
+            (0..200).map(|i| member(&format!("m{i:04}"), &ts.iter().copied().filter(|_| rng.below(2) == 0).collect::<Vec<_>>())).collect();
         for assignor in [Assignor::Uniform, Assignor::Range] {
-            let r = timed(&format!("{} random halves 200 members, 200x10", assignor.name()), || {
-                assignor.assign(&ms, &parts)
-            });
+            let r = timed(&format!("{} random halves 200 members, 200x10", assignor.name()), || assignor.assign(&ms, &parts));
             check_valid(&ms, &parts, &r);
             if assignor == Assignor::Uniform {
                 check_converged(&ms, &r);

@@ -8,8 +8,8 @@ use kafka_protocol::ResponseError;
 
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
-    Continuation, MAX_ID_BYTES, MEMBER_ID_PREFIX_BYTES, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest,
-    SyncResult, TimerKey,
+    Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest, SyncResult,
+    TimerKey, MAX_ID_BYTES, MEMBER_ID_PREFIX_BYTES,
 };
 
 const NONE: i16 = 0;
@@ -220,7 +220,10 @@ impl CoordinatorState {
         let cfg = &self.config;
         let out = &mut self.out;
         if group_id.is_empty() {
-            return LeaveResult { error: ResponseError::InvalidGroupId.code(), members: vec![ResponseError::InvalidGroupId.code(); members.len()] };
+            return LeaveResult {
+                error: ResponseError::InvalidGroupId.code(),
+                members: vec![ResponseError::InvalidGroupId.code(); members.len()],
+            };
         }
         let Some(group) = self.groups.get_mut(group_id) else {
             return LeaveResult { error: NONE, members: vec![ResponseError::UnknownMemberId.code(); members.len()] };
@@ -294,9 +297,7 @@ impl CoordinatorState {
             TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } => self.fire_consumer(now, key),
             TimerKey::Sync { group } => {
                 let Some(g) = self.groups.get_mut(group) else { return };
-                if g.sync_deadline.is_some_and(|d| d <= now)
-                    && matches!(g.state, GroupState::CompletingRebalance | GroupState::Stable)
-                {
+                if g.sync_deadline.is_some_and(|d| d <= now) && matches!(g.state, GroupState::CompletingRebalance | GroupState::Stable) {
                     g.sync_deadline = None;
                     let laggards: Vec<String> = g.pending_sync.iter().cloned().collect();
                     if !laggards.is_empty() {
@@ -597,7 +598,14 @@ fn replace_static_member(
                 let record = CoordinatorState::group_record(group, None);
                 out.append(
                     vec![record],
-                    Continuation::StaticRejoin { group: group.id.clone(), token, result, old_member: Box::new(old), new_member_id: new_id, old_leader },
+                    Continuation::StaticRejoin {
+                        group: group.id.clone(),
+                        token,
+                        result,
+                        old_member: Box::new(old),
+                        new_member_id: new_id,
+                        old_leader,
+                    },
                 );
             } else {
                 park(group, &new_id, token, joined.version);

@@ -11,8 +11,7 @@ use std::time::Duration;
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use tempfile::TempDir;
@@ -83,8 +82,7 @@ impl RaftNetwork<TypeConfig> for Link {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>> {
         let target = self.router.target(self.from, self.to).map_err(RPCError::Unreachable)?;
         target.install_snapshot(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
     }
@@ -130,8 +128,7 @@ impl Cluster {
     }
 
     async fn start_keeping(keep_after_snapshot: u64) -> Cluster {
-        let cluster =
-            Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default(), keep_after_snapshot };
+        let cluster = Cluster { tmp: TempDir::new().unwrap(), router: Rc::default(), runners: RefCell::default(), keep_after_snapshot };
         for node in NODES {
             cluster.start_node(node).await;
         }
@@ -150,9 +147,7 @@ impl Cluster {
         let members = NODES.iter().map(|&n| (n, BasicNode::new(format!("node-{n}")))).collect();
         let config = crate::raft::coordinator_config().unwrap();
         let config = Arc::new(
-            openraft::Config { max_in_snapshot_log_to_keep: self.keep_after_snapshot, ..config.as_ref().clone() }
-                .validate()
-                .unwrap(),
+            openraft::Config { max_in_snapshot_log_to_keep: self.keep_after_snapshot, ..config.as_ref().clone() }.validate().unwrap(),
         );
         let settings = RaftSettings { dir: dir.join("raft"), node_id: node, members, preferred_leader: PREFERRED, config };
         let net = Net { from: node, router: self.router.clone() };

@@ -352,7 +352,10 @@ impl CoordinatorState {
         }
         if let Some(regex) = r.subscribed_regex.as_deref().filter(|r| !r.is_empty()) {
             if compile(regex).is_err() {
-                return Err((ResponseError::InvalidRegularExpression, format!("SubscribedTopicRegex {regex} is not a valid regular expression.")));
+                return Err((
+                    ResponseError::InvalidRegularExpression,
+                    format!("SubscribedTopicRegex {regex} is not a valid regular expression."),
+                ));
             }
         }
         Ok(())
@@ -387,8 +390,15 @@ impl CoordinatorState {
         // 2–3. The member.
         let member_id = if r.member_id.is_empty() { Uuid::new_v4().to_string() } else { r.member_id.clone() };
         let known = group.members.contains_key(&member_id);
-        if !known && r.member_epoch == 0 && group.members.len() >= cfg.max_size && r.instance_id.as_ref().is_none_or(|i| !group.static_members.contains_key(i)) {
-            return Err((ResponseError::GroupMaxSizeReached, format!("The consumer group has reached its maximum capacity of {} members.", cfg.max_size)));
+        if !known
+            && r.member_epoch == 0
+            && group.members.len() >= cfg.max_size
+            && r.instance_id.as_ref().is_none_or(|i| !group.static_members.contains_key(i))
+        {
+            return Err((
+                ResponseError::GroupMaxSizeReached,
+                format!("The consumer group has reached its maximum capacity of {} members.", cfg.max_size),
+            ));
         }
         let mut replaced_static = false;
         match (&r.instance_id, r.member_epoch) {
@@ -397,7 +407,10 @@ impl CoordinatorState {
                 Some(owner) => {
                     let previous = &group.members[&owner];
                     if previous.epoch != STATIC_LEAVE_EPOCH {
-                        return Err((ResponseError::UnreleasedInstanceId, format!("Static member {instance} has not released its instance id.")));
+                        return Err((
+                            ResponseError::UnreleasedInstanceId,
+                            format!("Static member {instance} has not released its instance id."),
+                        ));
                     }
                     // The new incarnation takes the old one's place and partitions.
                     let mut old = group.members.shift_remove(&owner).expect("mapped member exists");
@@ -443,7 +456,9 @@ impl CoordinatorState {
             if r.member_epoch > 0 && r.member_epoch != member.epoch {
                 // A lost response: the member may still be one epoch behind, owning a subset.
                 let behind_ok = r.member_epoch == member.previous_epoch
-                    && r.owned.as_ref().is_none_or(|owned| flatten(owned).all(|(t, p)| member.assigned.get(&t).is_some_and(|s| s.contains(&p))));
+                    && r.owned
+                        .as_ref()
+                        .is_none_or(|owned| flatten(owned).all(|(t, p)| member.assigned.get(&t).is_some_and(|s| s.contains(&p))));
                 if r.member_epoch > member.epoch || !behind_ok {
                     return Err((
                         ResponseError::FencedMemberEpoch,
@@ -506,10 +521,18 @@ impl CoordinatorState {
             member.state = MemberState::Stable;
             member.rebalance_deadline = None;
             group.set_holdings(&member_id, &before);
-            records.push(GroupRecord::CurrentAssignment { group: group.id.clone(), member: member_id.clone(), value: Some(group.members[&member_id].current()) });
+            records.push(GroupRecord::CurrentAssignment {
+                group: group.id.clone(),
+                member: member_id.clone(),
+                value: Some(group.members[&member_id].current()),
+            });
         }
         if metadata_changed {
-            records.push(GroupRecord::ConsumerMember { group: group.id.clone(), member: member_id.clone(), value: Some(group.members[&member_id].metadata()) });
+            records.push(GroupRecord::ConsumerMember {
+                group: group.id.clone(),
+                member: member_id.clone(),
+                value: Some(group.members[&member_id].metadata()),
+            });
         }
         // Subscribed topics: rechecked only when subscriptions or the topics changed, so that a
         // steady heartbeat costs the same in a group of 5 members as in one of 5,000.
@@ -541,7 +564,11 @@ impl CoordinatorState {
         reconcile(group, &member_id, &target, r.owned.as_ref(), now);
         let member = &group.members[&member_id];
         if member.assigned != before_assigned || member.epoch != r.member_epoch.max(0) || rejoining || !known || replaced_static {
-            records.push(GroupRecord::CurrentAssignment { group: group.id.clone(), member: member_id.clone(), value: Some(member.current()) });
+            records.push(GroupRecord::CurrentAssignment {
+                group: group.id.clone(),
+                member: member_id.clone(),
+                value: Some(member.current()),
+            });
         }
 
         // 7. The session.
@@ -586,14 +613,24 @@ impl CoordinatorState {
             Some(instance) => match group.static_members.get(instance) {
                 None => return HeartbeatAnswer::error(ResponseError::UnknownMemberId, format!("Instance id {instance} is unknown.")),
                 Some(owner) if *owner != r.member_id => {
-                    return HeartbeatAnswer::error(ResponseError::FencedInstanceId, format!("Instance id {instance} is owned by another member."))
+                    return HeartbeatAnswer::error(
+                        ResponseError::FencedInstanceId,
+                        format!("Instance id {instance} is owned by another member."),
+                    )
                 }
                 Some(owner) => owner.clone(),
             },
             None if group.members.contains_key(&r.member_id) => r.member_id.clone(),
             None => return HeartbeatAnswer::error(ResponseError::UnknownMemberId, format!("Member {} is unknown.", r.member_id)),
         };
-        let answer = |epoch| HeartbeatAnswer { error: NONE, message: None, member_id: Some(member_id.clone()), epoch, interval_ms: 0, assignment: None };
+        let answer = |epoch| HeartbeatAnswer {
+            error: NONE,
+            message: None,
+            member_id: Some(member_id.clone()),
+            epoch,
+            interval_ms: 0,
+            assignment: None,
+        };
         if r.member_epoch == STATIC_LEAVE_EPOCH {
             let member = group.members.get_mut(&member_id).expect("present");
             member.epoch = STATIC_LEAVE_EPOCH;
@@ -601,7 +638,10 @@ impl CoordinatorState {
             member.state = MemberState::Stable;
             member.rebalance_deadline = None;
             let value = member.current();
-            self.out.append(vec![GroupRecord::CurrentAssignment { group: r.group_id.clone(), member: member_id.clone(), value: Some(value) }], Continuation::Nothing);
+            self.out.append(
+                vec![GroupRecord::CurrentAssignment { group: r.group_id.clone(), member: member_id.clone(), value: Some(value) }],
+                Continuation::Nothing,
+            );
             return answer(STATIC_LEAVE_EPOCH);
         }
         self.remove_consumer_member(now, &r.group_id.clone(), &member_id);
@@ -741,10 +781,9 @@ impl CoordinatorState {
     /// Deletes an Empty consumer group's records (DeleteGroups, or replacement by a classic group).
     pub(crate) fn delete_consumer_group(&mut self, group_id: &str) -> Vec<GroupRecord> {
         match self.consumer_groups.remove(group_id) {
-            Some(g) => vec![
-                GroupRecord::TargetEpoch { group: g.id.clone(), epoch: None },
-                GroupRecord::ConsumerGroup { group: g.id, epoch: None },
-            ],
+            Some(g) => {
+                vec![GroupRecord::TargetEpoch { group: g.id.clone(), epoch: None }, GroupRecord::ConsumerGroup { group: g.id, epoch: None }]
+            }
             None => Vec::new(),
         }
     }
@@ -806,7 +845,11 @@ fn compute_target(group: &mut ConsumerGroup, cfg: &ConsumerGroupConfig, topics: 
     let target = assignor.assign(&specs, &partitions);
     for (member, partitions) in &target {
         if group.target.get(member) != Some(partitions) {
-            records.push(GroupRecord::TargetAssignment { group: group.id.clone(), member: member.clone(), partitions: Some(partitions.clone()) });
+            records.push(GroupRecord::TargetAssignment {
+                group: group.id.clone(),
+                member: member.clone(),
+                partitions: Some(partitions.clone()),
+            });
         }
     }
     group.target = target;
@@ -860,8 +903,7 @@ fn reconcile(group: &mut ConsumerGroup, member_id: &str, target: &TopicPartition
         }
     } else {
         let free = |tp: &Tp| owners.get(tp).is_none_or(|o| o == member_id);
-        let (assignable, unreleased): (Vec<Tp>, Vec<Tp>) =
-            wanted.difference(&kept).copied().partition(|tp| free(tp));
+        let (assignable, unreleased): (Vec<Tp>, Vec<Tp>) = wanted.difference(&kept).copied().partition(|tp| free(tp));
         member.assigned = to_topic_partitions(kept.into_iter().chain(assignable));
         member.state = if unreleased.is_empty() { MemberState::Stable } else { MemberState::UnreleasedPartitions };
         if member.epoch != target_epoch {

@@ -486,10 +486,17 @@ fn classic_and_consumer_groups_share_one_namespace() {
     };
     h.state.join(h.now, join.clone(), 77);
     let replies: Vec<Effect> = h.state.out.drain();
-    assert!(replies.iter().any(|e| matches!(e, Effect::Reply(77, super::state::Response::Join(r)) if r.error == ResponseError::InconsistentGroupProtocol.code())));
+    assert!(replies.iter().any(
+        |e| matches!(e, Effect::Reply(77, super::state::Response::Join(r)) if r.error == ResponseError::InconsistentGroupProtocol.code())
+    ));
     // DeleteGroups refuses the live consumer group; after its member leaves it succeeds.
     h.state.delete_groups(h.now, &["g".into()], 5);
-    assert!(h.state.out.drain().iter().any(|e| matches!(e, Effect::Reply(5, super::state::Response::DeleteGroups(c)) if c[0] == ResponseError::NonEmptyGroup.code())));
+    assert!(h
+        .state
+        .out
+        .drain()
+        .iter()
+        .any(|e| matches!(e, Effect::Reply(5, super::state::Response::DeleteGroups(c)) if c[0] == ResponseError::NonEmptyGroup.code())));
     let mut leave = h.request("a", -1);
     leave.member_epoch = -1;
     h.send(leave);
@@ -501,7 +508,10 @@ fn classic_and_consumer_groups_share_one_namespace() {
         }
     }
     let more = h.state.out.drain();
-    assert!(effects.iter().chain(more.iter()).any(|e| matches!(e, Effect::Reply(6, super::state::Response::DeleteGroups(c)) if c[0] == NONE)));
+    assert!(effects
+        .iter()
+        .chain(more.iter())
+        .any(|e| matches!(e, Effect::Reply(6, super::state::Response::DeleteGroups(c)) if c[0] == NONE)));
     assert!(h.state.consumer_groups.is_empty());
     // A consumer heartbeat replaces an empty classic (simple) group of the same id.
     h.state.groups.insert("simple".into(), super::group::ClassicGroup::new("simple".into(), 0));

@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use indexmap::IndexMap;
 
-
 /// Kafka's classic group states; the names are what ListGroups and DescribeGroups report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupState {

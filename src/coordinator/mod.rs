@@ -55,7 +55,7 @@ mod partition_tests {
         assert_eq!(partition_for("a", 50), 97 % 50);
         assert_eq!(partition_for("my-group", 50), 12); // hashCode -1906497762
         assert_eq!(partition_for("console-consumer-12345", 50), 6); // hashCode 158455506
-        // "polygenelubricants".hashCode() == Integer.MIN_VALUE: Kafka's Utils.abs maps it to 0.
+                                                                    // "polygenelubricants".hashCode() == Integer.MIN_VALUE: Kafka's Utils.abs maps it to 0.
         assert_eq!(partition_for("polygenelubricants", 50), 0);
         // UTF-16 code units, not bytes: 'é' is one unit (0xE9).
         assert_eq!(partition_for("é", 1000), 0xE9);

@@ -76,7 +76,8 @@ impl CoordinatorState {
                 continue;
             }
             codes.push(NONE);
-            let value = OffsetValue { offset: o.offset, leader_epoch: o.leader_epoch, metadata, commit_timestamp: now, expire_timestamp: expire };
+            let value =
+                OffsetValue { offset: o.offset, leader_epoch: o.leader_epoch, metadata, commit_timestamp: now, expire_timestamp: expire };
             accepted.push((o.topic, o.partition, value));
         }
         if accepted.is_empty() {
@@ -234,7 +235,12 @@ impl CoordinatorState {
                 }
                 for &p in partitions {
                     if stored.as_mut().is_some_and(|o| o.remove(&(topic.clone(), p)).is_some()) {
-                        tombstones.push(GroupRecord::Offset { group: group_id.to_string(), topic: topic.clone(), partition: p, value: None });
+                        tombstones.push(GroupRecord::Offset {
+                            group: group_id.to_string(),
+                            topic: topic.clone(),
+                            partition: p,
+                            value: None,
+                        });
                     }
                 }
                 codes.push(vec![NONE; partitions.len()]);
@@ -309,7 +315,9 @@ impl CoordinatorState {
             let offsets = self.offsets.entry(group.id.clone()).or_default();
             let expired: Vec<(String, i32)> = offsets
                 .iter()
-                .filter(|((topic, _), v)| !subscribed.contains(topic) && (v.expire_timestamp.is_some_and(|e| now >= e) || now - v.commit_timestamp >= retention))
+                .filter(|((topic, _), v)| {
+                    !subscribed.contains(topic) && (v.expire_timestamp.is_some_and(|e| now >= e) || now - v.commit_timestamp >= retention)
+                })
                 .map(|(k, _)| k.clone())
                 .collect();
             for (topic, partition) in expired {

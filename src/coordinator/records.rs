@@ -84,18 +84,44 @@ pub struct CurrentAssignmentValue {
 /// One record of a coordinator partition's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupRecord {
-    Offset { group: String, topic: String, partition: i32, value: Option<OffsetValue> },
-    Group { group: String, value: Option<GroupMetadataValue> },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<OffsetValue>,
+    },
+    Group {
+        group: String,
+        value: Option<GroupMetadataValue>,
+    },
     /// A consumer group's epoch (key type 3).
-    ConsumerGroup { group: String, epoch: Option<i32> },
+    ConsumerGroup {
+        group: String,
+        epoch: Option<i32>,
+    },
     /// A consumer group member's subscription (key type 5).
-    ConsumerMember { group: String, member: String, value: Option<ConsumerMemberValue> },
+    ConsumerMember {
+        group: String,
+        member: String,
+        value: Option<ConsumerMemberValue>,
+    },
     /// The epoch of a consumer group's target assignment (key type 6).
-    TargetEpoch { group: String, epoch: Option<i32> },
+    TargetEpoch {
+        group: String,
+        epoch: Option<i32>,
+    },
     /// One member's target assignment (key type 7).
-    TargetAssignment { group: String, member: String, partitions: Option<TopicPartitions> },
+    TargetAssignment {
+        group: String,
+        member: String,
+        partitions: Option<TopicPartitions>,
+    },
     /// One member's current assignment and reconciliation state (key type 8).
-    CurrentAssignment { group: String, member: String, value: Option<CurrentAssignmentValue> },
+    CurrentAssignment {
+        group: String,
+        member: String,
+        value: Option<CurrentAssignmentValue>,
+    },
 }
 
 /// A record that could not be read back.
@@ -387,7 +413,16 @@ fn decode_consumer_member(mut v: &[u8]) -> Result<ConsumerMemberValue, RecordErr
     let subscribed_regex = get_compact_nullable_string(&mut v)?;
     let rebalance_timeout_ms = get_i32(&mut v)?;
     let server_assignor = get_compact_nullable_string(&mut v)?;
-    Ok(ConsumerMemberValue { instance_id, rack_id, client_id, client_host, subscribed_names, subscribed_regex, rebalance_timeout_ms, server_assignor })
+    Ok(ConsumerMemberValue {
+        instance_id,
+        rack_id,
+        client_id,
+        client_host,
+        subscribed_names,
+        subscribed_regex,
+        rebalance_timeout_ms,
+        server_assignor,
+    })
 }
 
 fn decode_current_assignment(mut v: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
@@ -606,7 +641,13 @@ mod tests {
             GroupRecord::CurrentAssignment {
                 group: "g".into(),
                 member: "m".into(),
-                value: Some(CurrentAssignmentValue { epoch: 3, previous_epoch: 2, state: 1, assigned: tp.clone(), pending_revocation: TopicPartitions::new() }),
+                value: Some(CurrentAssignmentValue {
+                    epoch: 3,
+                    previous_epoch: 2,
+                    state: 1,
+                    assigned: tp.clone(),
+                    pending_revocation: TopicPartitions::new(),
+                }),
             },
             GroupRecord::CurrentAssignment { group: "g".into(), member: "m".into(), value: None },
         ];

@@ -30,10 +30,8 @@ use std::path::PathBuf;
 use std::rc::{Rc, Weak};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
@@ -69,9 +67,7 @@ pub fn encode_batch(records: &[GroupRecord], now: i64) -> Bytes {
             key: Some(r.key()),
             value: r.value(),
             headers: if i == 0 {
-                [(StrBytes::from_static_str(LOG_ID_HEADER), Some(Bytes::from_static(&[0; LOG_ID_LEN])))]
-                    .into_iter()
-                    .collect()
+                [(StrBytes::from_static_str(LOG_ID_HEADER), Some(Bytes::from_static(&[0; LOG_ID_LEN])))].into_iter().collect()
             } else {
                 Default::default()
             },
@@ -211,11 +207,9 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
         for entry in entries {
             match entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(command) => {
-                    runner.apply_batch(&entry.log_id, command.payload()).map_err(|e| {
-                        StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(e)))
-                    })?
-                }
+                EntryPayload::Normal(command) => runner
+                    .apply_batch(&entry.log_id, command.payload())
+                    .map_err(|e| StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(e))))?,
                 EntryPayload::Membership(membership) => {
                     let stored = StoredMembership::new(Some(entry.log_id), membership);
                     let bytes = crate::raft::encode_stored_membership(&stored);
@@ -257,9 +251,7 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         match &self.current {
-            Some((meta, data)) => {
-                Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.as_ref().clone())) }))
-            }
+            Some((meta, data)) => Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(Cursor::new(data.as_ref().clone())) })),
             // After a restart nothing is cached; openraft then builds one if its log was purged.
             None => Ok(None),
         }
@@ -382,13 +374,7 @@ mod tests {
             group: "g".into(),
             topic: "t".into(),
             partition,
-            value: Some(OffsetValue {
-                offset,
-                leader_epoch: -1,
-                metadata: String::new(),
-                commit_timestamp: 1,
-                expire_timestamp: None,
-            }),
+            value: Some(OffsetValue { offset, leader_epoch: -1, metadata: String::new(), commit_timestamp: 1, expire_timestamp: None }),
         }
     }
 

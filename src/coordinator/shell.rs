@@ -338,7 +338,7 @@ impl PartitionRunner {
         self.serving.get()
     }
 
-/// Registers a waiter for a response; returns its token.
+    /// Registers a waiter for a response; returns its token.
     pub fn waiter(&self) -> (Token, oneshot::Receiver<Response>) {
         let token = self.next_token.get() + 1;
         self.next_token.set(token);
@@ -623,7 +623,9 @@ impl PartitionRunner {
         }
         match crate::raft::hand_off(election, self.node_id, self.index as u32, peers).await {
             Ok(to) => tracing::info!(partition = self.index, to, "handed coordinator leadership over"),
-            Err(why) => tracing::info!(partition = self.index, %why, "could not hand coordinator leadership over; the others will elect a leader"),
+            Err(why) => {
+                tracing::info!(partition = self.index, %why, "could not hand coordinator leadership over; the others will elect a leader")
+            }
         }
     }
 
@@ -666,7 +668,12 @@ fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
     }
     for (group, offsets) in &state.offsets {
         for ((topic, partition), value) in offsets {
-            records.push(GroupRecord::Offset { group: group.clone(), topic: topic.clone(), partition: *partition, value: Some(value.clone()) });
+            records.push(GroupRecord::Offset {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                value: Some(value.clone()),
+            });
         }
     }
     records

@@ -101,7 +101,14 @@ pub(crate) enum Continuation {
     /// The leader's SyncGroup of `generation`: deliver the assignments.
     SyncComplete { group: String, generation: i32, assignments: HashMap<String, Bytes> },
     /// A static member replaced without rebalance: answer its JoinGroup, or undo on failure.
-    StaticRejoin { group: String, token: Token, result: JoinResult, old_member: Box<Member>, new_member_id: String, old_leader: Option<String> },
+    StaticRejoin {
+        group: String,
+        token: Token,
+        result: JoinResult,
+        old_member: Box<Member>,
+        new_member_id: String,
+        old_leader: Option<String>,
+    },
     /// Offsets accepted by OffsetCommit: apply them and answer.
     Commit { group: String, token: Token, offsets: Vec<(String, i32, super::records::OffsetValue)>, codes: Vec<i16> },
     /// DeleteGroups: answer.

@@ -162,7 +162,8 @@ impl Harness {
     }
 
     fn heartbeat(&mut self, group: &str, member: &str, generation: i32, instance: Option<&str>) -> i16 {
-        let request = HeartbeatRequest { group_id: group.into(), generation, member_id: member.into(), instance_id: instance.map(Into::into) };
+        let request =
+            HeartbeatRequest { group_id: group.into(), generation, member_id: member.into(), instance_id: instance.map(Into::into) };
         let code = self.state.heartbeat(self.now, &request);
         self.settle();
         code
@@ -357,7 +358,11 @@ fn a_member_that_stops_heartbeating_is_removed_after_its_session() {
     }
     assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
     assert!(!h.state.groups["g"].members.contains_key(&b));
-    assert_eq!(h.heartbeat("g", &b, gen, None), ResponseError::UnknownMemberId.code(), "removed members are unknown, not fenced by generation");
+    assert_eq!(
+        h.heartbeat("g", &b, gen, None),
+        ResponseError::UnknownMemberId.code(),
+        "removed members are unknown, not fenced by generation"
+    );
 }
 
 #[test]

@@ -49,10 +49,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     let _ = stream.set_nodelay(true);
     let config = &shard.node.config.kafka;
     let (read_half, write_half) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .length_field_length(4)
-        .max_frame_length(config.max_frame_bytes as usize)
-        .new_codec();
+    let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(config.max_frame_bytes as usize).new_codec();
     let mut frames = FramedRead::new(read_half, codec);
     let (tx, rx) = mpsc::channel::<Pending>(config.max_inflight_per_connection);
     let writer = tokio::task::spawn_local(write_loop(shard.clone(), write_half, rx, peer));

@@ -26,13 +26,9 @@ pub(crate) async fn send(socket: &OwnedWriteHalf, slice: &FileSlice) -> io::Resu
     while offset < end {
         let count = ((end - offset) as u64).min(MAX_SENDFILE) as usize;
         stream.writable().await?;
-        let sent = stream.try_io(Interest::WRITABLE, || {
-            sendfile(stream.as_raw_fd(), slice.file.as_raw_fd(), &mut offset, count)
-        });
+        let sent = stream.try_io(Interest::WRITABLE, || sendfile(stream.as_raw_fd(), slice.file.as_raw_fd(), &mut offset, count));
         match sent {
-            Ok(0) => {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "segment file is shorter than the fetch range"))
-            }
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "segment file is shorter than the fetch range")),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -44,14 +44,7 @@ pub struct FetchPartitionReply {
 impl FetchPartitionReply {
     /// A partition answered with an error and no data.
     pub fn error(partition_index: i32, error_code: i16) -> FetchPartitionReply {
-        FetchPartitionReply {
-            partition_index,
-            error_code,
-            high_watermark: -1,
-            last_stable_offset: -1,
-            log_start_offset: -1,
-            records: None,
-        }
+        FetchPartitionReply { partition_index, error_code, high_watermark: -1, last_stable_offset: -1, log_start_offset: -1, records: None }
     }
 }
 
@@ -265,21 +258,20 @@ mod tests {
                     .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
                     .with_records(records)
             };
-            let theirs = FetchResponse::default()
-                .with_responses(vec![
-                    FetchableTopicResponse::default()
-                        .with_topic(TopicName(StrBytes::from_static_str("orders")))
-                        .with_topic_id(id)
-                        .with_partitions(vec![
-                            partition(0, 0, 100, 100, 3, Some(Bytes::copy_from_slice(&data[10..1010]))),
-                            partition(1, 1, -1, -1, -1, Some(Bytes::new())),
-                            partition(2, 0, 5, 5, 0, Some(Bytes::new())),
-                        ]),
-                    FetchableTopicResponse::default()
-                        .with_topic(TopicName(StrBytes::from_static_str("x")))
-                        .with_topic_id(Uuid::nil())
-                        .with_partitions(vec![partition(7, 0, 9, 9, 0, Some(Bytes::copy_from_slice(&data[2000..2200])))]),
-                ]);
+            let theirs = FetchResponse::default().with_responses(vec![
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("orders")))
+                    .with_topic_id(id)
+                    .with_partitions(vec![
+                        partition(0, 0, 100, 100, 3, Some(Bytes::copy_from_slice(&data[10..1010]))),
+                        partition(1, 1, -1, -1, -1, Some(Bytes::new())),
+                        partition(2, 0, 5, 5, 0, Some(Bytes::new())),
+                    ]),
+                FetchableTopicResponse::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("x")))
+                    .with_topic_id(Uuid::nil())
+                    .with_partitions(vec![partition(7, 0, 9, 9, 0, Some(Bytes::copy_from_slice(&data[2000..2200])))]),
+            ]);
             let header_version = if version >= 12 { 1 } else { 0 };
             let expected = encode_frame(42, header_version, &theirs, version).unwrap();
             assert_eq!(flat, expected.to_vec(), "fetch v{version}");

@@ -51,15 +51,9 @@ impl RequestContext {
         let version = i16::from_be_bytes([frame[2], frame[3]]);
         let api_key = ApiKey::try_from(key).map_err(|_| RequestError::UnknownApiKey(key))?;
         let header_version = api_key.request_header_version(version);
-        let header = RequestHeader::decode(frame, header_version)
-            .map_err(|source| RequestError::Decode { api: api_key, version, source })?;
-        Ok(RequestContext {
-            api_key,
-            api_version: version,
-            correlation_id: header.correlation_id,
-            client_id: header.client_id,
-            peer: None,
-        })
+        let header =
+            RequestHeader::decode(frame, header_version).map_err(|source| RequestError::Decode { api: api_key, version, source })?;
+        Ok(RequestContext { api_key, api_version: version, correlation_id: header.correlation_id, client_id: header.client_id, peer: None })
     }
 
     /// Decodes the request body.

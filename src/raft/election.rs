@@ -33,8 +33,7 @@ use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::ServerState;
 use tokio::time::Instant;
@@ -157,10 +156,7 @@ impl Election {
     }
 
     /// A leader's append-entries (or heartbeat), handed to the group's Raft.
-    pub async fn append_entries(
-        &self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+    pub async fn append_entries(&self, rpc: AppendEntriesRequest<TypeConfig>) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let answer = self.raft.append_entries(rpc).await;
         if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.heard_from_leader();
@@ -215,7 +211,8 @@ impl Election {
     /// leader: that member holds every entry, and this node's lease has run out, so its vote and
     /// the candidate's own make a quorum.
     fn should_hand_over(&self, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>, led_since: Instant) -> bool {
-        let caught_up = m.replication.as_ref().and_then(|r| r.get(&self.preferred_leader)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index);
+        let caught_up =
+            m.replication.as_ref().and_then(|r| r.get(&self.preferred_leader)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index);
         self.standing.get()
             && self.preferred_leader != m.id
             && led_since.elapsed() >= if m.current_term == 1 { LEASE } else { PREFERRED_LEADER_RETURN }
@@ -253,7 +250,9 @@ impl Election {
                 if hand_over && handed_over_at.is_none_or(|at| at.elapsed() >= HAND_OVER_RETRY) {
                     handed_over_at = Some(Instant::now());
                     match canvass.ask_to_stand(self.preferred_leader).await {
-                        Ok(()) => tracing::info!(group = self.group, to = self.preferred_leader, "handing the group back to its preferred leader"),
+                        Ok(()) => {
+                            tracing::info!(group = self.group, to = self.preferred_leader, "handing the group back to its preferred leader")
+                        }
                         Err(e) => tracing::debug!(group = self.group, error = %e, "the preferred leader would not stand"),
                     }
                 }
@@ -270,7 +269,12 @@ impl Election {
             let granted = 1 + answers.into_iter().filter(|r| matches!(r, Ok(Ok(true)))).count();
             // A leader may have been heard from meanwhile.
             if 2 * granted > others.len() + 1 && due(&self) && self.standing.get() {
-                tracing::info!(group = self.group, granted, ?last_log_id, "no leader heard from; a quorum granted the pre-vote; standing for election");
+                tracing::info!(
+                    group = self.group,
+                    granted,
+                    ?last_log_id,
+                    "no leader heard from; a quorum granted the pre-vote; standing for election"
+                );
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }

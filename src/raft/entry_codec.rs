@@ -378,16 +378,12 @@ mod tests {
         let membership = Membership::new(joint, nodes);
         assert_eq!(membership.learner_ids().collect::<Vec<_>>(), vec![7]);
         round_trip(Entry { log_id: log_id(4, 1, 100), payload: EntryPayload::Membership(membership) });
-        round_trip(Entry {
-            log_id: log_id(1, 0, 1),
-            payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([5])], None)),
-        });
+        round_trip(Entry { log_id: log_id(1, 0, 1), payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([5])], None)) });
     }
 
     #[test]
     fn record_layout_is_stable() {
-        let entry =
-            Entry { log_id: log_id(2, 1, 5), payload: EntryPayload::Normal(Command::new(Bytes::from_static(b"kv"))) };
+        let entry = Entry { log_id: log_id(2, 1, 5), payload: EntryPayload::Normal(Command::new(Bytes::from_static(b"kv"))) };
         let mut buf = Vec::new();
         encode_entry(&entry, &mut buf);
         let body: &[u8] = &[
@@ -405,8 +401,7 @@ mod tests {
 
     #[test]
     fn every_bit_flip_is_caught() {
-        let entry =
-            Entry { log_id: log_id(2, 1, 5), payload: EntryPayload::Normal(Command::new(Bytes::from_static(b"abc"))) };
+        let entry = Entry { log_id: log_id(2, 1, 5), payload: EntryPayload::Normal(Command::new(Bytes::from_static(b"abc"))) };
         let mut clean = Vec::new();
         encode_entry(&entry, &mut clean);
         for byte in 0..clean.len() {

@@ -183,8 +183,7 @@ impl Segment {
         let mut header = [0u8; RECORD_HEADER_LEN];
         let start = self.start_of(index);
         self.file.read_exact_at(&mut header, start)?;
-        let (len, crc) =
-            entry_codec::parse_record_header(&header).map_err(|source| LogStoreError::BadEntry { index, source })?;
+        let (len, crc) = entry_codec::parse_record_header(&header).map_err(|source| LogStoreError::BadEntry { index, source })?;
         let mut body = vec![0u8; len];
         self.file.read_exact_at(&mut body, start + RECORD_HEADER_LEN as u64)?;
         let fixed = entry_codec::check_body(crc, &body).map_err(|source| LogStoreError::BadEntry { index, source })?;
@@ -271,8 +270,7 @@ impl Log {
             let roll = match self.segments.back() {
                 None => true,
                 Some(active) => {
-                    active.size + buf.len() as u64 >= self.config.segment_bytes
-                        && !(active.positions.is_empty() && pending.is_empty())
+                    active.size + buf.len() as u64 >= self.config.segment_bytes && !(active.positions.is_empty() && pending.is_empty())
                 }
             };
             if roll {
@@ -289,12 +287,7 @@ impl Log {
     }
 
     /// Writes the records buffered for the active segment and indexes them.
-    fn write_pending(
-        &mut self,
-        buf: &mut Vec<u8>,
-        pending: &mut Vec<(u64, LogId)>,
-        touched: &mut Touched,
-    ) -> io::Result<()> {
+    fn write_pending(&mut self, buf: &mut Vec<u8>, pending: &mut Vec<(u64, LogId)>, touched: &mut Touched) -> io::Result<()> {
         let Some(&(_, last)) = pending.last() else { return Ok(()) };
         let active = self.segments.back_mut().expect("records are buffered for an existing segment");
         active.file.write_all_at(buf, active.size)?;
@@ -345,10 +338,8 @@ impl Log {
             segment.file.read_exact_at(&mut buf, from)?;
             let buf = Bytes::from(buf);
             for index in from_index..to_index {
-                let record =
-                    buf.slice((segment.start_of(index) - from) as usize..(segment.end_of(index) - from) as usize);
-                let entry =
-                    entry_codec::decode_record(record).map_err(|source| LogStoreError::BadEntry { index, source })?;
+                let record = buf.slice((segment.start_of(index) - from) as usize..(segment.end_of(index) - from) as usize);
+                let entry = entry_codec::decode_record(record).map_err(|source| LogStoreError::BadEntry { index, source })?;
                 if entry.log_id.index != index {
                     return Err(LogStoreError::Corrupt {
                         path: segment.path.clone(),
@@ -610,11 +601,7 @@ impl SyncShared {
                     st.committed_writing = true;
                     Job::Committed { committed, durable: full_waiter }
                 } else if st.written > st.synced {
-                    Job::Sync {
-                        target: st.written,
-                        files: std::mem::take(&mut st.dirty),
-                        dir: std::mem::take(&mut st.dir_dirty),
-                    }
+                    Job::Sync { target: st.written, files: std::mem::take(&mut st.dirty), dir: std::mem::take(&mut st.dir_dirty) }
                 } else if st.committed_unsynced && full_waiter {
                     st.committed_writing = true;
                     Job::Committed { committed: st.committed_last, durable: true }
@@ -637,13 +624,7 @@ impl SyncShared {
                         let delay = self.lock().sync_delay;
                         std::thread::sleep(delay);
                     }
-                    let result = files.iter().try_for_each(|f| f.sync_data()).and_then(|()| {
-                        if dir {
-                            sync_dir(&self.dir)
-                        } else {
-                            Ok(())
-                        }
-                    });
+                    let result = files.iter().try_for_each(|f| f.sync_data()).and_then(|()| if dir { sync_dir(&self.dir) } else { Ok(()) });
                     let ready = {
                         let mut st = self.lock();
                         st.stats.rounds += 1;
@@ -737,9 +718,8 @@ impl RaftLogStore {
     /// The scan runs on the blocking pool.
     pub async fn open(dir: impl Into<PathBuf>, config: LogStoreConfig) -> Result<RaftLogStore, LogStoreError> {
         let dir = dir.into();
-        let recovered = tokio::task::spawn_blocking(move || recover(dir, config))
-            .await
-            .map_err(|e| LogStoreError::Io(io::Error::other(e)))??;
+        let recovered =
+            tokio::task::spawn_blocking(move || recover(dir, config)).await.map_err(|e| LogStoreError::Io(io::Error::other(e)))??;
         let Recovered { log, vote, committed, report } = recovered;
         if report.truncated_bytes > 0 || report.deleted_segments > 0 {
             tracing::warn!(
@@ -844,11 +824,7 @@ impl RaftLogStore {
     }
 }
 
-fn read_entries(
-    log: &Rc<RefCell<Log>>,
-    range: impl RangeBounds<u64>,
-    budget: Option<u64>,
-) -> Result<Vec<Entry>, LogStoreError> {
+fn read_entries(log: &Rc<RefCell<Log>>, range: impl RangeBounds<u64>, budget: Option<u64>) -> Result<Vec<Entry>, LogStoreError> {
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),
@@ -1043,9 +1019,7 @@ pub(crate) fn read_state_file<T>(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let value = entry_codec::open_state(&bytes)
-        .and_then(decode)
-        .map_err(|e| LogStoreError::Corrupt { path, reason: e.to_string() })?;
+    let value = entry_codec::open_state(&bytes).and_then(decode).map_err(|e| LogStoreError::Corrupt { path, reason: e.to_string() })?;
     Ok(Some(value))
 }
 
@@ -1122,9 +1096,7 @@ fn recover(dir: PathBuf, config: LogStoreConfig) -> Result<Recovered, LogStoreEr
         if name.ends_with(".tmp") {
             // A state file write cut short: the previous version is still in place.
             fs::remove_file(dir.join(name))?;
-        } else if let Some(base) =
-            name.strip_suffix(".log").filter(|s| s.len() == 20).and_then(|s| s.parse::<u64>().ok())
-        {
+        } else if let Some(base) = name.strip_suffix(".log").filter(|s| s.len() == 20).and_then(|s| s.parse::<u64>().ok()) {
             bases.push(base);
         }
     }
@@ -1192,13 +1164,7 @@ fn recover(dir: PathBuf, config: LogStoreConfig) -> Result<Recovered, LogStoreEr
         }
         report.entries += scan.positions.len() as u64;
         last = scan.last;
-        segments.push_back(Segment {
-            base,
-            path,
-            file: Arc::new(file),
-            size: scan.valid_len,
-            positions: scan.positions,
-        });
+        segments.push_back(Segment { base, path, file: Arc::new(file), size: scan.valid_len, positions: scan.positions });
     }
 
     let mut log = Log { dir: dir.clone(), config, segments, purged: None, last };
@@ -1210,10 +1176,7 @@ fn recover(dir: PathBuf, config: LogStoreConfig) -> Result<Recovered, LogStoreEr
         if let Some(first) = log.segments.front().filter(|s| s.base > purged.index + 1) {
             return Err(LogStoreError::Corrupt {
                 path: first.path.clone(),
-                reason: format!(
-                    "the log starts at index {} but only entries up to {} were purged",
-                    first.base, purged.index
-                ),
+                reason: format!("the log starts at index {} but only entries up to {} were purged", first.base, purged.index),
             });
         }
     }
@@ -1234,8 +1197,7 @@ mod tests {
     use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
     use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
     use openraft::raft::{
-        AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-        VoteResponse,
+        AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
     };
     use openraft::storage::{RaftLogStorageExt, RaftStateMachine, Snapshot, SnapshotMeta};
     use openraft::testing::{StoreBuilder, Suite};
@@ -1264,11 +1226,7 @@ mod tests {
                 log_id: id(term, index),
                 payload: EntryPayload::Membership(Membership::new(
                     vec![BTreeSet::from([1, 2, 3])],
-                    BTreeMap::from([
-                        (1, BasicNode::new("a:1")),
-                        (2, BasicNode::new("b:2")),
-                        (3, BasicNode::new("c:3")),
-                    ]),
+                    BTreeMap::from([(1, BasicNode::new("a:1")), (2, BasicNode::new("b:2")), (3, BasicNode::new("c:3"))]),
                 )),
             },
             _ => normal(term, index),
@@ -1388,8 +1346,7 @@ mod tests {
         assert_eq!(got, want);
 
         // An entry larger than the budget still comes back on its own.
-        let big =
-            Entry { log_id: id(1, 81), payload: EntryPayload::Normal(Command::new(Bytes::from(vec![7u8; 5000]))) };
+        let big = Entry { log_id: id(1, 81), payload: EntryPayload::Normal(Command::new(Bytes::from(vec![7u8; 5000]))) };
         store.blocking_append([big.clone()]).await.unwrap();
         assert_eq!(store.limited_get_log_entries(81, 82).await.unwrap(), vec![big]);
     }
@@ -1855,11 +1812,7 @@ mod tests {
         }
 
         async fn get_snapshot_builder(&mut self) -> MemSnapshotBuilder {
-            MemSnapshotBuilder {
-                state: self.state.clone(),
-                slot: self.snapshot.clone(),
-                built: self.snapshots_built.clone(),
-            }
+            MemSnapshotBuilder { state: self.state.clone(), slot: self.snapshot.clone(), built: self.snapshots_built.clone() }
         }
 
         async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
@@ -1872,19 +1825,14 @@ mod tests {
             snapshot: Box<Cursor<Vec<u8>>>,
         ) -> Result<(), StorageError> {
             let data = snapshot.into_inner();
-            let applied = decode_applied(&data)
-                .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+            let applied = decode_applied(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
             self.state = SmState { last_applied: meta.last_log_id, membership: meta.last_membership.clone(), applied };
             *self.snapshot.borrow_mut() = Some(StoredSnapshot { meta: meta.clone(), data });
             Ok(())
         }
 
         async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-            Ok(self
-                .snapshot
-                .borrow()
-                .clone()
-                .map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+            Ok(self.snapshot.borrow().clone().map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
         }
     }
 
@@ -1894,10 +1842,9 @@ mod tests {
     impl StoreBuilder<TypeConfig, RaftLogStore, MemStateMachine, TempDir> for Builder {
         async fn build(&self) -> Result<(TempDir, RaftLogStore, MemStateMachine), StorageError> {
             let tmp = TempDir::new().map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
-            let store =
-                RaftLogStore::open(tmp.path().join("raft"), LogStoreConfig { segment_bytes: 128, max_read_bytes: 256 })
-                    .await
-                    .map_err(write_error)?;
+            let store = RaftLogStore::open(tmp.path().join("raft"), LogStoreConfig { segment_bytes: 128, max_read_bytes: 256 })
+                .await
+                .map_err(write_error)?;
             Ok((tmp, store, MemStateMachine::default()))
         }
     }
@@ -1942,8 +1889,7 @@ mod tests {
             &mut self,
             _rpc: InstallSnapshotRequest<TypeConfig>,
             _option: RPCOption,
-        ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>>
-        {
+        ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
             Err(unreachable())
         }
 
@@ -1968,21 +1914,12 @@ mod tests {
         let (stats, last) = local.block_on(&runtime, async {
             let store = open(tmp.path(), LogStoreConfig { segment_bytes: 4096, ..LogStoreConfig::default() }).await;
             let handle = store.sync_handle();
-            let config = openraft::Config {
-                heartbeat_interval: 50,
-                election_timeout_min: 150,
-                election_timeout_max: 300,
-                ..Default::default()
-            };
-            let raft = openraft::Raft::<TypeConfig>::new(
-                1,
-                Arc::new(config.validate().unwrap()),
-                NoNetwork,
-                store,
-                MemStateMachine::default(),
-            )
-            .await
-            .unwrap();
+            let config =
+                openraft::Config { heartbeat_interval: 50, election_timeout_min: 150, election_timeout_max: 300, ..Default::default() };
+            let raft =
+                openraft::Raft::<TypeConfig>::new(1, Arc::new(config.validate().unwrap()), NoNetwork, store, MemStateMachine::default())
+                    .await
+                    .unwrap();
             raft.initialize(BTreeMap::from([(1, BasicNode::new("127.0.0.1:0"))])).await.unwrap();
             raft.wait(Some(Duration::from_secs(10))).current_leader(1, "leader").await.unwrap();
 
@@ -1995,10 +1932,7 @@ mod tests {
         });
         drop(local);
         drop(runtime);
-        eprintln!(
-            "{WRITES} client writes, {} sync rounds, {} committed-id writes",
-            stats.rounds, stats.committed_writes
-        );
+        eprintln!("{WRITES} client writes, {} sync rounds, {} committed-id writes", stats.rounds, stats.committed_writes);
         assert!(stats.rounds >= 1 && stats.committed_writes >= 1, "{stats:?}");
 
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -208,9 +208,8 @@ pub async fn hand_off(election: &election::Election, me: NodeId, group: u32, pee
             if let Some(new_leader) = m.current_leader.filter(|_| handed(&m)) {
                 return Ok(new_leader);
             }
-            let caught_up = |v: &NodeId| {
-                m.replication.as_ref().and_then(|r| r.get(v)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index)
-            };
+            let caught_up =
+                |v: &NodeId| m.replication.as_ref().and_then(|r| r.get(v)).is_some_and(|l| l.map(|l| l.index) == m.last_log_index);
             let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().filter(|&v| v != me).collect();
             if voters.iter().all(|v| unreachable.contains(v)) {
                 return Err(last_error);

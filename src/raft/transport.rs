@@ -36,8 +36,7 @@ use futures_util::{SinkExt, StreamExt};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
-    VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
@@ -148,10 +147,7 @@ impl Peers {
     }
 
     async fn send(&self, target: NodeId, group: u32, kind: Kind, payload: Bytes) -> Result<Bytes, LinkError> {
-        let link = self.links.get(&target).ok_or_else(|| LinkError::Refused {
-            node: target,
-            reason: "not a configured peer".into(),
-        })?;
+        let link = self.links.get(&target).ok_or_else(|| LinkError::Refused { node: target, reason: "not a configured peer".into() })?;
         let (reply, rx) = oneshot::channel();
         let gone = || LinkError::Unreachable { node: target, addr: String::new(), reason: "link stopped".into() };
         link.send(Outgoing { group, kind, payload, reply }).await.map_err(|_| gone())?;
@@ -268,13 +264,7 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>) 
 
 /// Sends requests and matches responses until the connection breaks; then fails every request
 /// still waiting. Returns why it ended.
-async fn run_connection(
-    node: NodeId,
-    addr: &str,
-    stream: TcpStream,
-    first: Outgoing,
-    rx: &mut mpsc::Receiver<Outgoing>,
-) -> String {
+async fn run_connection(node: NodeId, addr: &str, stream: TcpStream, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> String {
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, codec());
     let mut writer = FramedWrite::new(write, codec());
@@ -372,10 +362,7 @@ async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Res
         METADATA_GROUP => METADATA_SHARD,
         _ => *node.coordinator_shards.get(group as usize).ok_or_else(|| format!("no coordinator partition {group}"))?,
     };
-    node.mesh
-        .run_on(owner, move |shard| handle(shard, group, kind, payload))
-        .await
-        .map_err(|e| e.to_string())?
+    node.mesh.run_on(owner, move |shard| handle(shard, group, kind, payload)).await.map_err(|e| e.to_string())?
 }
 
 /// Hands a request to the group's Raft; returns its `Result`, encoded.
@@ -443,12 +430,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
 impl PeerClient {
     /// Sends a request and decodes the peer Raft's `Result`, within openraft's deadline.
-    async fn call<Req, Resp, E>(
-        &self,
-        kind: Kind,
-        request: &Req,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    async fn call<Req, Resp, E>(&self, kind: Kind, request: &Req, option: &RPCOption) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -464,8 +446,7 @@ impl PeerClient {
                 return Err(RPCError::Unreachable(Unreachable::new(&e)));
             }
         };
-        let result: Result<Resp, E> =
-            decode(&body).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        let result: Result<Resp, E> = decode(&body).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -483,8 +464,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>> {
         self.call(Kind::InstallSnapshot, &rpc, &option).await
     }
 

@@ -14,9 +14,9 @@ use uuid::Uuid;
 use super::mesh::{self, Job, ShardId};
 use crate::cluster::metadata_group::{MetadataGroup, METADATA_GROUP, METADATA_SHARD};
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
-use crate::raft::network::SoloNetwork;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
+use crate::raft::network::SoloNetwork;
 use crate::storage::{Partition, PartitionLog};
 
 /// Key of a partition owned by a shard.
@@ -101,8 +101,7 @@ impl Shard {
                 }
                 // `__consumer_offsets` is written only by applying Raft entries, which are durable
                 // in the Raft log already; its own fsyncs happen at checkpoints.
-                let flush_messages =
-                    if topic.name == crate::cluster::OFFSETS_TOPIC { 0 } else { node.config.storage.flush_messages };
+                let flush_messages = if topic.name == crate::cluster::OFFSETS_TOPIC { 0 } else { node.config.storage.flush_messages };
                 let partition = Partition::new(log, meta.end_offset.clone(), flush_messages);
                 self.add_partition(topic.id, index as i32, partition);
             }
@@ -129,7 +128,8 @@ impl Shard {
             let log = self.partition(topic.id, index).ok_or_else(|| format!("coordinator partition {index} has no log"))?;
             let preferred_leader = voters[index as usize % voters.len()];
             let config = crate::raft::coordinator_config().map_err(|e| format!("Raft config: {e}"))?;
-            let raft = RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
+            let raft =
+                RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
             let groups = node.config.group_config();
             let consumer = node.config.consumer_group_config();
             let expiration = node.config.groups.offsets_retention_check_interval_ms;

@@ -113,8 +113,7 @@ impl PartitionLog {
         let last = *bases.last().expect("non-empty");
         for base in bases {
             let trust = clean || base != last;
-            let (segment, Recovery { batches, truncated_bytes }) =
-                Segment::open(dir, base, config.index_interval_bytes, trust, now_ms)?;
+            let (segment, Recovery { batches, truncated_bytes }) = Segment::open(dir, base, config.index_interval_bytes, trust, now_ms)?;
             report.recovered_batches += batches;
             report.truncated_bytes += truncated_bytes;
             segments.insert(base, segment);
@@ -197,7 +196,12 @@ impl PartitionLog {
         }
         if header.has_producer_id() {
             if let SequenceCheck::Duplicate { base_offset } = self.producers.check(&header)? {
-                return Ok(AppendInfo { base_offset, log_start_offset: self.log_start_offset(), duplicate: true, records: header.records_count as u32 });
+                return Ok(AppendInfo {
+                    base_offset,
+                    log_start_offset: self.log_start_offset(),
+                    duplicate: true,
+                    records: header.records_count as u32,
+                });
             }
         }
         let base_offset = self.log_end_offset();

@@ -62,11 +62,8 @@ impl Partition {
         if !info.duplicate {
             self.end_offset.send_replace(leo);
         }
-        let durable = if self.flush_messages > 0 && (unflushed >= self.flush_messages || info.duplicate) {
-            Some(self.flush_to(leo))
-        } else {
-            None
-        };
+        let durable =
+            if self.flush_messages > 0 && (unflushed >= self.flush_messages || info.duplicate) { Some(self.flush_to(leo)) } else { None };
         Ok((info, durable))
     }
 

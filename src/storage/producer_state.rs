@@ -61,11 +61,7 @@ impl ProducerStates {
             return Ok(SequenceCheck::Append);
         };
         if h.producer_epoch < entry.epoch {
-            return Err(SequenceError::FencedEpoch {
-                producer_id: h.producer_id,
-                epoch: h.producer_epoch,
-                current: entry.epoch,
-            });
+            return Err(SequenceError::FencedEpoch { producer_id: h.producer_id, epoch: h.producer_epoch, current: entry.epoch });
         }
         if h.producer_epoch > entry.epoch {
             // A bumped epoch restarts sequences at zero.

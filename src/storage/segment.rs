@@ -110,7 +110,7 @@ impl Segment {
                     max_timestamp: -1,
                     offset_of_max_timestamp: -1,
                     first_timestamp: None,
-            created_ms: now_ms,
+                    created_ms: now_ms,
                 };
                 if let Some(last) = segment.last_batch()? {
                     segment.next_offset = last.header.last_offset() + 1;

@@ -60,10 +60,9 @@ pub fn fetch(topic: &str, partition: i32, offset: i64, max_bytes: i32, max_wait_
 pub fn create_topic(client: &mut Client, topic: &str, partitions: i32) {
     let response = client.call(
         7,
-        &CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(partitions)
-            .with_replication_factor(1)]),
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(5000)
+            .with_topics(vec![CreatableTopic::default().with_name(name(topic)).with_num_partitions(partitions).with_replication_factor(1)]),
     );
     assert_eq!(response.topics[0].error_code, 0, "{:?}", response.topics[0].error_message);
 }

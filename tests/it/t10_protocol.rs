@@ -117,9 +117,11 @@ fn every_api_answers_at_every_served_version() {
     for v in 1..=10 {
         let r = client.call(
             v,
-            &ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
-                .with_name(name("versions"))
-                .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]),
+            &ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
+                ListOffsetsTopic::default()
+                    .with_name(name("versions"))
+                    .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)]),
+            ]),
         );
         let p = &r.topics[0].partitions[0];
         assert_eq!((p.error_code, p.offset), (0, 22), "list offsets v{v}");
@@ -128,16 +130,18 @@ fn every_api_answers_at_every_served_version() {
         let topic = format!("created-v{v}");
         let r = client.call(
             v,
-            &CreateTopicsRequest::default().with_timeout_ms(1000).with_topics(vec![CreatableTopic::default()
-                .with_name(name(&topic))
-                .with_num_partitions(1)
-                .with_replication_factor(1)]),
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(1000)
+                .with_topics(vec![CreatableTopic::default().with_name(name(&topic)).with_num_partitions(1).with_replication_factor(1)]),
         );
         assert_eq!(r.topics[0].error_code, 0, "create topics v{v}");
     }
     for v in 0..=3 {
         let topic = format!("created-v{}", v + 2);
-        let r = client.call(v, &CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default().with_name(name(&topic)).with_count(2)]));
+        let r = client.call(
+            v,
+            &CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default().with_name(name(&topic)).with_count(2)]),
+        );
         assert_eq!(r.results[0].error_code, 0, "create partitions v{v}");
     }
     for v in 1..=6 {
@@ -163,9 +167,9 @@ fn every_api_answers_at_every_served_version() {
     for v in 1..=4 {
         let r = client.call(
             v,
-            &DescribeConfigsRequest::default()
-                .with_include_synonyms(true)
-                .with_resources(vec![DescribeConfigsResource::default().with_resource_type(2).with_resource_name(StrBytes::from_static_str("versions"))]),
+            &DescribeConfigsRequest::default().with_include_synonyms(true).with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("versions"))]),
         );
         assert_eq!(r.results[0].error_code, 0, "describe configs v{v}");
         assert!(r.results[0].configs.iter().any(|c| &*c.name == "retention.ms"));
@@ -189,16 +193,7 @@ fn list_offsets_v0_answers_with_old_style_offsets() {
     let queries: &[Query<'_>] = &[
         (
             "legacy",
-            &[
-                (0, -1, 1),
-                (0, -2, 1),
-                (1, -1, 1),
-                (0, -1, 0),
-                (0, 1_700_000_000_003, 1),
-                (0, 1_700_000_000_100, 1),
-                (0, -3, 1),
-                (7, -1, 1),
-            ],
+            &[(0, -1, 1), (0, -2, 1), (1, -1, 1), (0, -1, 0), (0, 1_700_000_000_003, 1), (0, 1_700_000_000_100, 1), (0, -3, 1), (7, -1, 1)],
         ),
         ("no-such-topic", &[(0, -1, 1)]),
     ];
@@ -281,8 +276,14 @@ fn bad_frames_close_only_their_connection() {
         ("JoinGroup with a body cut short", sized(&[0, 11, 0, 5, 0, 0, 0, 1, 0xff, 0xff, 0, 1, b'g'])),
         ("Metadata v0 claiming 2^31 topics", sized(&metadata_v0_huge_array)),
         ("Metadata v12 claiming 2^32 topics", sized(&metadata_v12_huge_compact)),
-        ("ListOffsets v0 with a body cut short", sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 1, b'x'])),
-        ("ListOffsets v0 claiming 2^31 topics", sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff])),
+        (
+            "ListOffsets v0 with a body cut short",
+            sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 1, b'x']),
+        ),
+        (
+            "ListOffsets v0 claiming 2^31 topics",
+            sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]),
+        ),
         ("garbage body", sized(&[0, 19, 0, 7, 0, 0, 0, 1, 0xff, 0xff, 0, 0xde, 0xad, 0xbe, 0xef])),
     ];
     for (what, bytes) in cases {

@@ -4,7 +4,9 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, MetadataRequest};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, MetadataRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 
@@ -51,8 +53,9 @@ fn create_topics_validates_like_kafka() {
     // The override is reported with its source; defaults too.
     let r = c.call(
         4,
-        &DescribeConfigsRequest::default()
-            .with_resources(vec![DescribeConfigsResource::default().with_resource_type(2).with_resource_name(StrBytes::from_static_str("cfg"))]),
+        &DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("cfg"))]),
     );
     let get = |n: &str| r.results[0].configs.iter().find(|e| &*e.name == n).unwrap().clone();
     assert_eq!(get("retention.ms").value.as_deref(), Some("60000"));
@@ -84,7 +87,11 @@ fn partitions_can_grow_but_not_shrink() {
     let mut c = server.client();
     create_topic(&mut c, "grow", 1);
     let grow = |c: &mut crate::harness::Client, n: i32| {
-        c.call(3, &CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default().with_name(name("grow")).with_count(n)])).results[0]
+        c.call(
+            3,
+            &CreatePartitionsRequest::default().with_topics(vec![CreatePartitionsTopic::default().with_name(name("grow")).with_count(n)]),
+        )
+        .results[0]
             .error_code
     };
     assert_eq!(grow(&mut c, 4), 0);
@@ -100,9 +107,14 @@ fn metadata_auto_creates_unless_told_not_to() {
     let server = TestServer::start_with(|c| c.topics.default_partitions = 3);
     let mut c = server.client();
     let ask = |c: &mut crate::harness::Client, t: &str, allow: bool| {
-        c.call(9, &MetadataRequest::default().with_allow_auto_topic_creation(allow).with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(t)))])))
-            .topics
-            .remove(0)
+        c.call(
+            9,
+            &MetadataRequest::default()
+                .with_allow_auto_topic_creation(allow)
+                .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(t)))])),
+        )
+        .topics
+        .remove(0)
     };
     let t = ask(&mut c, "auto", true);
     assert_eq!((t.error_code, t.partitions.len()), (0, 3));

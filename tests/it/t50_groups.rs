@@ -57,7 +57,9 @@ fn form(c: &mut Client, g: &str, version: i16) -> (String, i32) {
         .with_group_id(group(g))
         .with_generation_id(r.generation_id)
         .with_member_id(s(&member))
-        .with_assignments(vec![SyncGroupRequestAssignment::default().with_member_id(s(&member)).with_assignment(Bytes::from_static(b"mine"))]);
+        .with_assignments(vec![SyncGroupRequestAssignment::default()
+            .with_member_id(s(&member))
+            .with_assignment(Bytes::from_static(b"mine"))]);
     if sync_version >= 5 {
         sync = sync.with_protocol_type(Some(s("consumer"))).with_protocol_name(Some(s("range")));
     }
@@ -93,7 +95,8 @@ fn every_join_and_sync_version_forms_a_group() {
         let g = format!("join-v{v}");
         let (member, generation) = form(&mut c, &g, v);
         for hv in 0..=4 {
-            let r = c.call(hv, &HeartbeatRequest::default().with_group_id(group(&g)).with_generation_id(generation).with_member_id(s(&member)));
+            let r =
+                c.call(hv, &HeartbeatRequest::default().with_group_id(group(&g)).with_generation_id(generation).with_member_id(s(&member)));
             assert_eq!(r.error_code, 0, "heartbeat v{hv}");
         }
     }
@@ -173,10 +176,7 @@ fn admin_apis_list_describe_delete() {
     let server = quick();
     let mut c = server.client();
     let (member, _) = form(&mut c, "live", 5);
-    c.call(
-        8,
-        &OffsetCommitRequest::default().with_group_id(group("idle")).with_generation_id_or_member_epoch(-1).with_topics(vec![]),
-    );
+    c.call(8, &OffsetCommitRequest::default().with_group_id(group("idle")).with_generation_id_or_member_epoch(-1).with_topics(vec![]));
     create_topic(&mut c, "t", 1);
     c.call(
         8,
@@ -258,10 +258,8 @@ fn groups_and_offsets_survive_a_restart_on_every_shard() {
         // The member of the Stable group is still known, with its generation and assignment.
         let hb = c.call(3, &HeartbeatRequest::default().with_group_id(group(g)).with_generation_id(*generation).with_member_id(s(member)));
         assert_eq!(hb.error_code, 0, "{g}");
-        let sync = c.call(
-            3,
-            &SyncGroupRequest::default().with_group_id(group(g)).with_generation_id(*generation).with_member_id(s(member)),
-        );
+        let sync =
+            c.call(3, &SyncGroupRequest::default().with_group_id(group(g)).with_generation_id(*generation).with_member_id(s(member)));
         assert_eq!(&sync.assignment[..], b"mine");
     }
 }
@@ -299,7 +297,8 @@ fn consumer_group_heartbeat_and_describe_at_every_version() {
             assert_eq!(d.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND");
         }
         // Leave.
-        let r = c.call(v, &ConsumerGroupHeartbeatRequest::default().with_group_id(group(&g)).with_member_id(member_id).with_member_epoch(-1));
+        let r =
+            c.call(v, &ConsumerGroupHeartbeatRequest::default().with_group_id(group(&g)).with_member_id(member_id).with_member_epoch(-1));
         assert_eq!((r.error_code, r.member_epoch), (0, -1));
     }
     let groups = c.call(5, &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]));
