@@ -24,6 +24,8 @@ pub const SENDFILE_BYTES: &str = "corral_sendfile_bytes_total";
 pub const RECORDS_APPENDED: &str = "corral_records_appended_total";
 pub const RETENTION_SEGMENTS_DELETED: &str = "corral_retention_segments_deleted_total";
 pub const RETENTION_BYTES_DELETED: &str = "corral_retention_bytes_deleted_total";
+pub const RAFT_PEERS_REFUSED: &str = "corral_raft_peer_connections_refused_total";
+pub const COORDINATOR_WRITES_REFUSED: &str = "corral_coordinator_writes_refused_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -57,6 +59,14 @@ fn describe() {
     describe_counter!(RECORDS_APPENDED, "Records appended to partition logs");
     describe_counter!(RETENTION_SEGMENTS_DELETED, "Segments deleted by retention");
     describe_counter!(RETENTION_BYTES_DELETED, Unit::Bytes, "Bytes deleted by retention");
+    describe_counter!(
+        RAFT_PEERS_REFUSED,
+        "Connections to the Raft port closed before any message was read: not a node of the cluster, or a wrong cluster secret"
+    );
+    describe_counter!(
+        COORDINATOR_WRITES_REFUSED,
+        "Group writes refused before they were proposed: larger than one __consumer_offsets batch may be"
+    );
 }
 
 /// One shard's metric handles. Lives on its shard.
@@ -133,6 +143,16 @@ impl ShardMetrics {
         counter!(RETENTION_SEGMENTS_DELETED, "shard" => self.shard.clone()).increment(segments as u64);
         counter!(RETENTION_BYTES_DELETED, "shard" => self.shard.clone()).increment(bytes);
     }
+}
+
+/// A connection to the Raft port that did not authenticate.
+pub fn raft_peer_refused() {
+    counter!(RAFT_PEERS_REFUSED).increment(1);
+}
+
+/// A group write too large for one `__consumer_offsets` batch, refused.
+pub fn coordinator_write_refused() {
+    counter!(COORDINATOR_WRITES_REFUSED).increment(1);
 }
 
 /// Decrements the open-connections gauge when dropped.

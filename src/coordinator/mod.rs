@@ -36,6 +36,14 @@ mod raft_test_support;
 #[cfg(test)]
 mod tests;
 
+/// The storage settings of a `__consumer_offsets` partition. Its log is written only by applying
+/// committed Raft entries, whose size the coordinator bounded when it proposed them (with
+/// `max.message.bytes` of the topic): applying one must never fail on a limit, or the partition
+/// could not start again.
+pub fn offsets_log_config(config: crate::storage::LogConfig) -> crate::storage::LogConfig {
+    crate::storage::LogConfig { max_message_bytes: u32::MAX, ..config }
+}
+
 /// The coordinator partition of a group: `abs(javaHashCode(group)) % partitions`, with Kafka's
 /// `Utils.abs` (`i32::MIN` maps to 0), hashing UTF-16 code units as Java's `String.hashCode`.
 pub fn partition_for(group_id: &str, partitions: i32) -> i32 {

@@ -17,8 +17,9 @@ pub(super) fn open_partition(dir: &std::path::Path) -> Rc<Partition> {
         retention_bytes: -1,
         retention_ms: -1,
         index_interval_bytes: 4096,
-        max_message_bytes: 1 << 20,
+        max_message_bytes: 1_048_588,
     };
+    let config = super::offsets_log_config(config);
     let (log, _) = PartitionLog::open(dir, config, false, crate::clock::now_ms()).unwrap();
     Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0)
 }
@@ -32,6 +33,11 @@ pub(super) fn local<F: std::future::Future>(f: F) -> F::Output {
 /// Commits `(partition, offset)` pairs of group "g", topic "t" (a simple group); the codes, or
 /// NOT_COORDINATOR when the runner does not serve or drops the request (it stopped serving).
 pub(super) async fn commit(runner: &Rc<PartitionRunner>, offsets: &[(i32, i64)]) -> Vec<i16> {
+    commit_with_metadata(runner, offsets, None).await
+}
+
+/// [`commit`], each offset with `metadata`.
+pub(super) async fn commit_with_metadata(runner: &Rc<PartitionRunner>, offsets: &[(i32, i64)], metadata: Option<&str>) -> Vec<i16> {
     let not_coordinator = vec![kafka_protocol::ResponseError::NotCoordinator.code(); offsets.len()];
     if !runner.serving() {
         return not_coordinator;
@@ -46,7 +52,13 @@ pub(super) async fn commit(runner: &Rc<PartitionRunner>, offsets: &[(i32, i64)])
         retention_ms: -1,
         offsets: offsets
             .iter()
-            .map(|&(partition, offset)| CommitOffset { topic: "t".into(), partition, offset, leader_epoch: -1, metadata: None })
+            .map(|&(partition, offset)| CommitOffset {
+                topic: "t".into(),
+                partition,
+                offset,
+                leader_epoch: -1,
+                metadata: metadata.map(String::from),
+            })
             .collect(),
     };
     runner.with_state(|s, now| s.commit(now, request, token));

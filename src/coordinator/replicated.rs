@@ -263,7 +263,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::coordinator::raft_test_support::{commit, committed, local, open_partition};
+    use crate::coordinator::raft_test_support::{commit, commit_with_metadata, committed, local, open_partition};
     use crate::coordinator::records::OffsetValue;
     use crate::coordinator::shell::RaftSettings;
     use crate::coordinator::state::GroupConfig;
@@ -365,6 +365,76 @@ mod tests {
             assert_eq!(committed(&runner, 1), Some(1_049));
             assert_eq!(committed(&runner, 2), Some(5));
             assert_eq!(committed(&runner, 3), Some(77), "the entry after the snapshot is re-applied");
+            runner.shutdown().await;
+        });
+    }
+
+    /// 300 partitions with 4,000 bytes of metadata each (allowed one by one) make a batch over
+    /// `max.message.bytes`: the commit is refused with INVALID_COMMIT_OFFSET_SIZE before anything
+    /// is proposed, the partition goes on serving, and it starts again.
+    #[test]
+    fn an_oversized_commit_is_refused_and_the_partition_keeps_serving() {
+        let tmp = TempDir::new().unwrap();
+        let config = crate::raft::coordinator_config().unwrap();
+        let metadata = "m".repeat(4_000);
+        let big: Vec<(i32, i64)> = (0..300).map(|p| (p, 1)).collect();
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            let codes = commit_with_metadata(&runner, &big, Some(&metadata)).await;
+            assert_eq!(codes, vec![kafka_protocol::ResponseError::InvalidCommitOffsetSize.code(); 300]);
+            assert_eq!(committed(&runner, 0), None, "nothing of the refused commit is applied");
+            // 200 partitions fit one batch: accepted.
+            let fits: Vec<(i32, i64)> = (0..200).map(|p| (p, 2)).collect();
+            assert_eq!(commit_with_metadata(&runner, &fits, Some(&metadata)).await, vec![0; 200]);
+            assert_eq!(commit(&runner, &[(299, 3)]).await, vec![0]);
+            runner.shutdown().await;
+        });
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            assert_eq!(committed(&runner, 0), Some(2));
+            assert_eq!(committed(&runner, 299), Some(3));
+            assert_eq!(commit(&runner, &[(0, 4)]).await, vec![0], "serves after the restart");
+            runner.shutdown().await;
+        });
+    }
+
+    /// A data directory whose Raft log already holds an entry larger than `max.message.bytes`
+    /// (as the coordinator proposed before its writes were bounded) applies it, and the partition
+    /// starts again and serves.
+    #[test]
+    fn a_committed_entry_larger_than_a_batch_applies_and_restarts() {
+        let tmp = TempDir::new().unwrap();
+        let config = crate::raft::coordinator_config().unwrap();
+        let metadata = "m".repeat(4_000);
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            let records: Vec<GroupRecord> = (0..300)
+                .map(|p| GroupRecord::Offset {
+                    group: "g".into(),
+                    topic: "t".into(),
+                    partition: p,
+                    value: Some(OffsetValue {
+                        offset: 9,
+                        leader_epoch: -1,
+                        metadata: metadata.clone(),
+                        commit_timestamp: 1,
+                        expire_timestamp: None,
+                    }),
+                })
+                .collect();
+            let batch = encode_batch(&records, 1_000);
+            assert!(batch.len() > 1_200_000);
+            let raft = runner.raft().unwrap().clone();
+            raft.client_write(crate::raft::Command::new(batch)).await.expect("the oversized entry commits and applies");
+            assert_eq!(commit(&runner, &[(0, 10)]).await, vec![0], "serves after applying it");
+            runner.shutdown().await;
+        });
+        // Applied again from the Raft log alone, as after a crash before the partition's log had it.
+        std::fs::remove_dir_all(tmp.path().join("log")).unwrap();
+        local(async {
+            let runner = start(tmp.path(), &config).await;
+            assert_eq!(committed(&runner, 0), Some(10));
+            assert_eq!(committed(&runner, 299), Some(9));
             runner.shutdown().await;
         });
     }

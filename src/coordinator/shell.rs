@@ -48,10 +48,8 @@ use crate::storage::{Partition, StorageError};
 
 /// Log growth (bytes) that triggers a checkpoint, at the least.
 const CHECKPOINT_MIN_BYTES: u64 = 64 * 1024 * 1024;
-/// Records per batch when writing a checkpoint.
-const CHECKPOINT_BATCH: usize = 500;
-/// Records per Raft entry, at most (a request's records are never split).
-const MAX_RECORDS_PER_ENTRY: usize = 4096;
+/// Records per batch written, at most (batches are bounded by bytes too).
+const MAX_RECORDS_PER_BATCH: usize = 500;
 /// How long a one-voter partition may take to elect itself and catch up at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a leader may go without hearing from a quorum before it stops serving: the voters
@@ -87,8 +85,35 @@ impl RaftSettings {
 /// Requests whose records wait for the next Raft entry.
 #[derive(Debug, Default)]
 struct Proposals {
-    queue: VecDeque<(u64, Vec<GroupRecord>)>,
+    queue: VecDeque<Queued>,
     in_flight: bool,
+}
+
+/// One request's records, with the bytes they take in a batch.
+#[derive(Debug)]
+struct Queued {
+    id: u64,
+    records: Vec<GroupRecord>,
+    bytes: usize,
+}
+
+/// What the next Raft entry carries: the records of the requests `ids`, or a refusal of one
+/// request whose records cannot be written.
+#[derive(Debug)]
+enum Next {
+    Entry {
+        ids: Vec<u64>,
+        records: Vec<GroupRecord>,
+    },
+    /// One request's records, in entries of at most the bound each (a write that may be split).
+    Pieces {
+        id: u64,
+        pieces: Vec<Vec<GroupRecord>>,
+    },
+    Refuse {
+        id: u64,
+        bytes: usize,
+    },
 }
 
 /// One coordinator partition: its state machine and what runs it. Lives on its owning shard.
@@ -217,7 +242,9 @@ impl PartitionRunner {
     /// the others: clients must look elsewhere, where a new leader is being elected). Ends when
     /// the group shuts down.
     async fn follow_leadership(self: Rc<Self>) {
-        let Some(raft) = self.raft().cloned() else { return };
+        let Some(raft) = self.raft().cloned() else {
+            return;
+        };
         let mut metrics = raft.metrics();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -287,7 +314,9 @@ impl PartitionRunner {
         let mut fresh = self.fresh_state();
         match for_each_record(&self.log, |record| fresh.replay(record, now)) {
             Ok(_) => *self.state.borrow_mut() = fresh,
-            Err(e) => tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log"),
+            Err(e) => {
+                tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log")
+            }
         }
         tracing::info!(partition = self.index, leader = ?self.leader.get(), why, "coordinator partition stopped serving");
     }
@@ -390,37 +419,89 @@ impl PartitionRunner {
     /// Queues records for the Raft log; the state machine hears the outcome once they are
     /// committed. One write is in flight at a time; what queues meanwhile shares the next entry.
     fn append(self: &Rc<Self>, id: u64, records: Vec<GroupRecord>) {
+        let bytes = super::records::batch_bytes(&records);
         let mut proposals = self.proposals.borrow_mut();
-        proposals.queue.push_back((id, records));
+        proposals.queue.push_back(Queued { id, records, bytes });
         if !proposals.in_flight {
             proposals.in_flight = true;
             tokio::task::spawn_local(self.clone().propose());
         }
     }
 
+    /// The largest batch a write may propose: `__consumer_offsets`' bound, within what a Raft
+    /// entry may carry.
+    fn max_batch_bytes(&self) -> usize {
+        self.state.borrow().config.max_batch_bytes.min(crate::raft::MAX_COMMAND_BYTES)
+    }
+
+    /// Takes what the next entry carries from the queue: requests in order while their records
+    /// fit in one batch. A request too large for a batch alone is split where the state machine
+    /// allows it, and refused where it must be atomic (before anything is proposed, so the log
+    /// never holds an entry it could not apply).
+    fn next_entry(&self) -> Option<Next> {
+        let bound = self.max_batch_bytes();
+        let mut proposals = self.proposals.borrow_mut();
+        let first = proposals.queue.pop_front()?;
+        if first.bytes > bound {
+            return Some(if self.state.borrow().may_split(first.id) {
+                Next::Pieces { id: first.id, pieces: split_records(first.records, bound) }
+            } else {
+                Next::Refuse { id: first.id, bytes: first.bytes }
+            });
+        }
+        let (mut ids, mut records, mut bytes) = (vec![first.id], first.records, first.bytes);
+        while let Some(next) = proposals.queue.front() {
+            // Each batch's header and log-id header are counted once.
+            let more = next.bytes - super::records::batch_bytes(&[]);
+            if bytes + more > bound {
+                break;
+            }
+            let next = proposals.queue.pop_front().expect("front exists");
+            ids.push(next.id);
+            records.extend(next.records);
+            bytes += more;
+        }
+        Some(Next::Entry { ids, records })
+    }
+
     async fn propose(self: Rc<Self>) {
         loop {
-            let (ids, records) = {
-                let mut proposals = self.proposals.borrow_mut();
-                if proposals.queue.is_empty() {
-                    proposals.in_flight = false;
-                    return;
-                }
-                let mut ids = Vec::new();
-                let mut records = Vec::new();
-                while let Some((id, more)) = proposals.queue.pop_front() {
-                    ids.push(id);
-                    records.extend(more);
-                    if records.len() >= MAX_RECORDS_PER_ENTRY {
-                        break;
-                    }
-                }
-                (ids, records)
+            let Some(next) = self.next_entry() else {
+                self.proposals.borrow_mut().in_flight = false;
+                return;
             };
-            let outcome = if records.is_empty() { Ok(()) } else { self.write(&records).await };
-            if let Err(code) = outcome {
-                tracing::warn!(partition = self.index, records = records.len(), error = ?code, "coordinator records not written");
-            }
+            let (ids, outcome) = match next {
+                Next::Entry { ids, records } => {
+                    let outcome = if records.is_empty() { Ok(()) } else { self.write(&records).await };
+                    if let Err(code) = outcome {
+                        tracing::warn!(partition = self.index, records = records.len(), error = ?code, "coordinator records not written");
+                    }
+                    (ids, outcome)
+                }
+                Next::Pieces { id, pieces } => {
+                    let mut outcome = Ok(());
+                    for piece in &pieces {
+                        outcome = self.write(piece).await;
+                        if outcome.is_err() {
+                            break;
+                        }
+                    }
+                    if let Err(code) = outcome {
+                        tracing::warn!(partition = self.index, pieces = pieces.len(), error = ?code, "coordinator records not written");
+                    }
+                    (vec![id], outcome)
+                }
+                Next::Refuse { id, bytes } => {
+                    crate::metrics::coordinator_write_refused();
+                    tracing::warn!(
+                        partition = self.index,
+                        bytes,
+                        max = self.max_batch_bytes(),
+                        "coordinator records refused: larger than one __consumer_offsets batch may be"
+                    );
+                    (vec![id], Err(ResponseError::RecordListTooLarge))
+                }
+            };
             let now = now_ms();
             {
                 let mut state = self.state.borrow_mut();
@@ -434,7 +515,9 @@ impl PartitionRunner {
 
     /// Writes records as one entry and waits until it is committed and applied.
     async fn write(&self, records: &[GroupRecord]) -> Result<(), ResponseError> {
-        let Some(raft) = self.raft() else { return Err(ResponseError::CoordinatorNotAvailable) };
+        let Some(raft) = self.raft() else {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        };
         let write = raft.client_write(Command::new(encode_batch(records, now_ms())));
         match tokio::time::timeout(WRITE_TIMEOUT, write).await {
             Ok(Ok(_)) => Ok(()),
@@ -477,7 +560,9 @@ impl PartitionRunner {
         if size < threshold || self.snapshot_requested.get() {
             return;
         }
-        let Some(raft) = self.raft().cloned() else { return };
+        let Some(raft) = self.raft().cloned() else {
+            return;
+        };
         self.snapshot_requested.set(true);
         tokio::task::spawn_local(async move {
             if let Err(e) = raft.trigger().snapshot().await {
@@ -542,8 +627,8 @@ impl PartitionRunner {
         let mut log = self.log.log.borrow_mut();
         log.roll(now)?;
         let start = log.log_end_offset();
-        for chunk in records.chunks(CHECKPOINT_BATCH) {
-            let mut batch = encode_batch(chunk, now).to_vec();
+        for chunk in split_records(records, self.max_batch_bytes()) {
+            let mut batch = encode_batch(&chunk, now).to_vec();
             if let Some(id) = &applied {
                 stamp_log_id(&mut batch, id).expect("our own batches carry the header");
             }
@@ -582,7 +667,9 @@ impl PartitionRunner {
                     }
                 };
                 let Some(seq) = due else { break };
-                let Some(key) = self.timer_keys.borrow_mut().remove(&seq) else { continue };
+                let Some(key) = self.timer_keys.borrow_mut().remove(&seq) else {
+                    continue;
+                };
                 self.state.borrow_mut().fire(now, &key);
                 self.run_effects();
             }
@@ -617,7 +704,9 @@ impl PartitionRunner {
         if self.serving.get() {
             self.step_down("shutting down");
         }
-        let Some(election) = self.election.get() else { return };
+        let Some(election) = self.election.get() else {
+            return;
+        };
         if election.raft().metrics().borrow().current_leader != Some(self.node_id) {
             return;
         }
@@ -677,6 +766,29 @@ fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
         }
     }
     records
+}
+
+/// Splits records into batches of at most `max_bytes` and [`MAX_RECORDS_PER_BATCH`] records each, in
+/// order; a record larger than `max_bytes` on its own is a batch of its own (the partition's log
+/// takes any batch the Raft log committed).
+fn split_records(records: Vec<GroupRecord>, max_bytes: usize) -> Vec<Vec<GroupRecord>> {
+    let empty = super::records::batch_bytes(&[]);
+    let mut pieces: Vec<Vec<GroupRecord>> = Vec::new();
+    let mut bytes = empty;
+    for record in records {
+        let size = record.batch_bytes();
+        match pieces.last_mut() {
+            Some(piece) if bytes + size <= max_bytes && piece.len() < MAX_RECORDS_PER_BATCH => {
+                bytes += size;
+                piece.push(record);
+            }
+            _ => {
+                bytes = empty + size;
+                pieces.push(vec![record]);
+            }
+        }
+    }
+    pieces
 }
 
 /// Reads every record of a coordinator partition's log, oldest first; returns the id of the

@@ -39,6 +39,9 @@ pub struct GroupConfig {
     pub offsets_retention_ms: i64,
     /// How long a new member may take to complete its first join (KAFKA-7610; Kafka: 5 min).
     pub new_member_join_timeout_ms: i64,
+    /// The largest record batch of `__consumer_offsets` (Kafka applies the broker's
+    /// `message.max.bytes` to it): a write that must be atomic and does not fit is refused.
+    pub max_batch_bytes: usize,
 }
 
 impl Default for GroupConfig {
@@ -51,6 +54,7 @@ impl Default for GroupConfig {
             offset_metadata_max_bytes: 4096,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             new_member_join_timeout_ms: 300_000,
+            max_batch_bytes: 1_048_588,
         }
     }
 }
@@ -113,6 +117,20 @@ pub(crate) enum Continuation {
     Commit { group: String, token: Token, offsets: Vec<(String, i32, super::records::OffsetValue)>, codes: Vec<i16> },
     /// DeleteGroups: answer.
     DeleteGroups { token: Token, codes: Vec<i16> },
+}
+
+/// What a failed write of the coordinator's records tells the client (spec §1.4). Records too
+/// large for a batch fail an offset commit with INVALID_COMMIT_OFFSET_SIZE, per partition (the
+/// code Kafka's coordinator gave for it before 4.0, and the one that names the cause), and any
+/// other write with UNKNOWN_SERVER_ERROR, as Kafka's; other codes pass as they are.
+fn write_error(error: ResponseError, then: &Continuation) -> ResponseError {
+    match error {
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge | ResponseError::InvalidFetchSize => match then {
+            Continuation::Commit { .. } => ResponseError::InvalidCommitOffsetSize,
+            _ => ResponseError::UnknownServerError,
+        },
+        other => other,
+    }
 }
 
 /// Outputs collected during one call into the state machine.
@@ -336,7 +354,10 @@ impl CoordinatorState {
 
     /// Continues whatever waited for append `id`. `error` is the code to report if it failed.
     pub fn appended(&mut self, now: i64, id: u64, error: Option<ResponseError>) {
-        let Some(then) = self.out.continuations.remove(&id) else { return };
+        let Some(then) = self.out.continuations.remove(&id) else {
+            return;
+        };
+        let error = error.map(|e| write_error(e, &then));
         match then {
             Continuation::Nothing => {}
             Continuation::SyncComplete { group, generation, assignments } => {
@@ -354,6 +375,13 @@ impl CoordinatorState {
                 self.out.reply(token, Response::DeleteGroups(codes));
             }
         }
+    }
+
+    /// Whether the records of append `id` may be written in several batches: only where nothing
+    /// waits for them (their changes are in the state already, and each record stands alone),
+    /// as Kafka's non-atomic coordinator writes. A commit or a group's assignment is all or nothing.
+    pub fn may_split(&self, id: u64) -> bool {
+        matches!(self.out.continuations.get(&id), Some(Continuation::Nothing) | None)
     }
 
     /// The group's metadata record, as written at SyncGroup completion.

@@ -530,6 +530,25 @@ fn a_failed_assignment_write_rebalances() {
     assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
 }
 
+/// An assignment too large for one `__consumer_offsets` batch (refused by the shell before it is
+/// proposed) fails the SyncGroup with UNKNOWN_SERVER_ERROR, as Kafka's coordinator does, and the
+/// group rebalances; may_split says the write is atomic.
+#[test]
+fn an_assignment_too_large_to_write_fails_the_sync_with_unknown_server_error() {
+    let mut h = Harness::new();
+    let (id, token) = h.join_new("g");
+    h.advance_to(DELAY);
+    let gen = h.join_reply(token).generation;
+    h.hold_appends = true;
+    let t = h.sync("g", &id, gen, vec![(id.clone(), Bytes::from(vec![0u8; 2 << 20]))]);
+    let append = h.held.pop().unwrap();
+    assert!(!h.state.may_split(append), "a group's assignment is written whole or not at all");
+    h.state.appended(h.now, append, Some(ResponseError::RecordListTooLarge));
+    h.settle();
+    assert_eq!(h.sync_reply(t).error, ResponseError::UnknownServerError.code());
+    assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
+}
+
 #[test]
 fn heartbeat_errors() {
     let mut h = Harness::new();

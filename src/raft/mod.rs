@@ -43,6 +43,7 @@ pub mod election;
 mod entry_codec;
 pub mod log_store;
 pub mod network;
+pub mod peer_auth;
 pub mod transport;
 
 use bytes::Bytes;
@@ -79,6 +80,11 @@ pub type StorageError = openraft::StorageError<NodeId>;
 pub type Raft = openraft::Raft<TypeConfig>;
 /// The membership a state machine last applied, with the id of the entry that carried it.
 pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNode>;
+
+/// The largest command a node proposes: well under the log's record limit
+/// ([`entry_codec::MAX_BODY_LEN`]) and the transport's frame, which carries one entry at the
+/// least, so a follower that lags can always catch up.
+pub const MAX_COMMAND_BYTES: usize = 64 << 20;
 
 /// Length of a log id in its binary form (`term | node id | index`, u64 each, big-endian).
 pub const LOG_ID_LEN: usize = 24;

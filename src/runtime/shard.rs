@@ -89,7 +89,10 @@ impl Shard {
                     continue;
                 }
                 let dir = node.partition_dir(&topic.name, index as i32);
-                let config = topic.config.log_config(&node.config.topics.defaults);
+                let mut config = topic.config.log_config(&node.config.topics.defaults);
+                if topic.name == crate::cluster::OFFSETS_TOPIC {
+                    config = crate::coordinator::offsets_log_config(config);
+                }
                 let (log, report) = PartitionLog::open(&dir, config, node.clean_start, now)
                     .map_err(|e| format!("cannot open partition {}: {e}", dir.display()))?;
                 if report.truncated_bytes > 0 {
@@ -114,7 +117,9 @@ impl Shard {
     /// each group has every node as a voter, and a partition serves whenever this node leads it.
     async fn start_coordinators(&self) -> Result<(), String> {
         let node = &self.node;
-        let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else { return Ok(()) };
+        let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else {
+            return Ok(());
+        };
         let me = node.node_id as u64;
         let cluster = &node.config.cluster;
         let members = node.raft_members();

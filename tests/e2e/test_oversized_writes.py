@@ -1,0 +1,76 @@
+"""Group writes larger than one `__consumer_offsets` batch, from real clients: refused with
+Kafka's codes before they reach the coordinator's Raft log, so the coordinator partition keeps
+serving and the node starts again (a committed entry it cannot apply would stop both)."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+import clients
+import groupwire as gw
+from groups import GROUP_CONFIG, unique
+
+PARTITIONS = 300
+METADATA = "m" * 4000  # each one within offset.metadata.max.bytes (4096)
+
+
+def committer(bootstrap: str, group: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "logger": clients.RDKAFKA_LOG})
+
+
+def commit_codes(consumer: Consumer, offsets: list[TopicPartition]) -> dict[int, int]:
+    """Commits synchronously; the code of every partition (0 where it was committed)."""
+    try:
+        result = consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as e:
+        # librdkafka raises with the first partition's error; every partition failed alike.
+        return {tp.partition: e.args[0].code() for tp in offsets}
+    return {tp.partition: (tp.error.code() if tp.error else 0) for tp in result}
+
+
+def committed(consumer: Consumer, topic: str, partitions) -> dict[int, tuple[int, str | None]]:
+    got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+    return {tp.partition: (tp.offset, tp.metadata) for tp in got}
+
+
+def test_an_oversized_offset_commit_is_refused_and_the_coordinator_keeps_serving(corral, topic_name):
+    clients.create_topic(corral.bootstrap, topic_name, partitions=PARTITIONS)
+    group = unique("big-commit")
+    c = committer(corral.bootstrap, group)
+    try:
+        big = [TopicPartition(topic_name, p, 1, metadata=METADATA) for p in range(PARTITIONS)]
+        codes = commit_codes(c, big)
+        assert set(codes.values()) == {KafkaError.INVALID_COMMIT_OFFSET_SIZE}, codes
+        # The next commit of the same group (so the same coordinator partition) succeeds.
+        small = [TopicPartition(topic_name, p, 7, metadata="ok") for p in (0, 299)]
+        assert commit_codes(c, small) == {0: 0, 299: 0}
+        assert committed(c, topic_name, [0, 1, 299]) == {0: (7, "ok"), 1: (-1001, None), 299: (7, "ok")}
+    finally:
+        c.close()
+
+    corral.restart()
+    c = committer(corral.bootstrap, group)
+    try:
+        assert committed(c, topic_name, [0, 299]) == {0: (7, "ok"), 299: (7, "ok")}
+        assert commit_codes(c, [TopicPartition(topic_name, 5, 9)]) == {5: 0}
+    finally:
+        c.close()
+
+
+def test_an_assignment_too_large_to_store_fails_sync_group_and_the_group_recovers(corral_factory):
+    server = corral_factory(config=GROUP_CONFIG)
+    group = unique("big-sync")
+    with gw.GroupConn(server.bootstrap) as conn:
+        j = conn.join(group, protocols=[("range", gw.subscription(["t"]))])
+        assert j.error == gw.NONE, j
+        # 2 MiB of assignment: more than one batch of `__consumer_offsets` may hold.
+        err, _ = conn.sync(group, j.generation, j.member_id, [(j.member_id, b"\0" * (2 << 20))])
+        assert err == -1, f"SyncGroup answered {err}, Kafka answers UNKNOWN_SERVER_ERROR (-1)"
+        # The member rejoins and completes a rebalance with an assignment that fits.
+        j = conn.join(group, member_id=j.member_id, protocols=[("range", gw.subscription(["t"]))])
+        assert j.error == gw.NONE, j
+        err, data = conn.sync(group, j.generation, j.member_id, [(j.member_id, gw.assignment({"t": [0]}))])
+        assert err == gw.NONE and gw.parse_assignment(data) == {"t": [0]}
+    server.restart()
+    with gw.GroupConn(server.bootstrap) as conn:
+        assert conn.describe(group).state in ("Stable", "Empty", "PreparingRebalance")
