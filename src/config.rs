@@ -117,6 +117,12 @@ pub struct ClusterConfig {
     pub raft_listen: SocketAddr,
     /// Every node, this one included. Empty: a single node (this one).
     pub nodes: Vec<ClusterNode>,
+    /// The secret every node proves it knows before the Raft port reads anything from it (a
+    /// challenge: it never crosses the wire). Required when `nodes` lists other nodes, from
+    /// here or from `secret_file`.
+    pub secret: Option<String>,
+    /// A file holding the secret (a mounted Kubernetes Secret); whitespace around it is ignored.
+    pub secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -131,7 +137,7 @@ pub struct ClusterNode {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { raft_listen: SocketAddr::from(([127, 0, 0, 1], 9094)), nodes: Vec::new() }
+        ClusterConfig { raft_listen: SocketAddr::from(([127, 0, 0, 1], 9094)), nodes: Vec::new(), secret: None, secret_file: None }
     }
 }
 
@@ -140,7 +146,31 @@ impl ClusterConfig {
     pub fn is_multi_node(&self) -> bool {
         self.nodes.len() > 1
     }
+
+    /// The cluster secret, from `secret` or `secret_file` (exactly one of them).
+    pub fn secret(&self) -> Result<Vec<u8>, ConfigError> {
+        let secret = match (&self.secret, &self.secret_file) {
+            (Some(_), Some(_)) => return Err(invalid("cluster.secret", "set either secret or secret_file, not both")),
+            (None, None) => {
+                return Err(invalid("cluster.secret", "a cluster of several nodes needs a shared secret (secret or secret_file)"))
+            }
+            (Some(secret), None) => secret.trim().as_bytes().to_vec(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|e| invalid("cluster.secret_file", format!("cannot read {}: {e}", path.display())))?
+                .trim()
+                .as_bytes()
+                .to_vec(),
+        };
+        if secret.len() < MIN_SECRET_BYTES {
+            let key = if self.secret.is_some() { "cluster.secret" } else { "cluster.secret_file" };
+            return Err(invalid(key, format!("the secret must have at least {MIN_SECRET_BYTES} bytes, got {}", secret.len())));
+        }
+        Ok(secret)
+    }
 }
+
+/// The shortest cluster secret accepted.
+const MIN_SECRET_BYTES: usize = 16;
 
 /// The group coordinator (Kafka's `group.*` and `offsets.*` broker settings).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -289,6 +319,9 @@ impl Config {
         if c.is_multi_node() && (c.raft_listen == self.kafka.listen || c.raft_listen == self.admin.listen) {
             return Err(invalid("cluster.raft_listen", "must differ from kafka.listen and admin.listen"));
         }
+        if c.is_multi_node() {
+            c.secret()?;
+        }
         Ok(())
     }
 
@@ -406,6 +439,7 @@ impl Config {
             max_size: g.max_size as usize,
             offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
             offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
+            max_batch_bytes: self.topics.defaults.max_message_bytes as usize,
             ..crate::coordinator::state::GroupConfig::default()
         }
     }

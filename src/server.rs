@@ -124,7 +124,10 @@ impl Server {
                 source,
             })?;
             let others = config.cluster.nodes.iter().filter(|n| n.id != config.node.id).map(|n| (n.id as u64, n.raft.clone()));
-            let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect());
+            let secret = config.cluster.secret().map_err(StartError::Config)?;
+            let nodes = config.cluster.nodes.iter().map(|n| n.id as u64);
+            let auth = crate::raft::peer_auth::PeerAuth::new(config.node.id as u64, &secret, nodes);
+            let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect(), auth);
             (peers, Some(tasks))
         } else {
             (Default::default(), None)

@@ -18,6 +18,9 @@ use crate::kafka::{self, KafkaConn};
 use crate::server::{free_port, ManagedServer};
 use crate::wire::SocketOpts;
 
+/// The secret the benchmark's nodes prove to each other on their Raft ports.
+const CLUSTER_SECRET: &str = "corral-bench-cluster-secret";
+
 /// Nodes of one cluster; node `i` has id `i`.
 #[derive(Debug)]
 pub(crate) struct ManagedCluster {
@@ -53,7 +56,10 @@ impl ManagedCluster {
             let node_dir = dir.join(format!("node{i}"));
             std::fs::create_dir_all(&node_dir)?;
             let config = node_dir.join("corral.toml");
-            let text = format!("[node]\nid = {i}\n[cluster]\nraft_listen = \"{raft_listen}\"\nnodes = [\n{}\n]\n", list.join(",\n"));
+            let text = format!(
+                "[node]\nid = {i}\n[cluster]\nraft_listen = \"{raft_listen}\"\nsecret = \"{CLUSTER_SECRET}\"\nnodes = [\n{}\n]\n",
+                list.join(",\n")
+            );
             std::fs::write(&config, text)?;
             configs.push((node_dir, config));
         }

@@ -61,6 +61,40 @@ pub enum TopicChange {
     },
 }
 
+impl TopicChange {
+    /// Checks a change against the rules its request was checked by, so a change that did not
+    /// come from this code (a peer's bug, a hand-made entry) is refused when proposed and skipped
+    /// alike on every node when applied: a valid name, not an internal topic, a partition count
+    /// within `topics.max_partitions`, every partition on a configured node, valid configs.
+    /// Whether the topic exists is the catalog's to say, when the change is applied.
+    pub fn validate(&self, max_partitions: i32, is_node: impl Fn(i32) -> bool) -> Result<(), String> {
+        let placement = match self {
+            TopicChange::Create { name, config, placement, .. } => {
+                super::topic_config::validate_topic_name(name)?;
+                if super::is_internal(name) {
+                    return Err(format!("{name} is internal"));
+                }
+                config.validate().map_err(|e| e.to_string())?;
+                placement
+            }
+            TopicChange::AddPartitions { placement, .. } => placement,
+            TopicChange::Delete { .. } => return Ok(()),
+        };
+        if placement.is_empty() || placement.len() > max_partitions.max(0) as usize {
+            return Err(format!("{} partitions; between 1 and {max_partitions} are allowed", placement.len()));
+        }
+        if let Some(stranger) = placement.iter().find(|&&n| !is_node(n)) {
+            return Err(format!("a partition placed on node {stranger}, which is not in [cluster] nodes"));
+        }
+        Ok(())
+    }
+
+    /// [`TopicChange::validate`] with this node's settings (the same on every node).
+    fn validate_on(&self, node: &Node) -> Result<(), String> {
+        self.validate(node.config.topics.max_partitions, |n| node.brokers.contains_key(&n))
+    }
+}
+
 /// Why a topic change was not made. Travels back to the node that forwarded it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum WriteError {
@@ -155,8 +189,9 @@ impl MetadataGroup {
     /// applied here. What does not decode (it may come from a peer) is refused before it reaches
     /// the log.
     pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
-        if let Err(e) = serde_json::from_slice::<TopicChange>(&change) {
-            return Err(WriteError::Failed(format!("not a topic change: {e}")));
+        match serde_json::from_slice::<TopicChange>(&change) {
+            Ok(decoded) => decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?,
+            Err(e) => return Err(WriteError::Failed(format!("not a topic change: {e}"))),
         }
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
             Ok(Ok(written)) => Ok(written.log_id),
@@ -217,7 +252,9 @@ impl MetadataGroup {
         }
         match crate::raft::hand_off(&self.election, me, METADATA_GROUP, &self.node.peers).await {
             Ok(to) => tracing::info!(to, "handed metadata leadership over"),
-            Err(why) => tracing::info!(%why, "could not hand metadata leadership over; the others will elect a leader"),
+            Err(why) => {
+                tracing::info!(%why, "could not hand metadata leadership over; the others will elect a leader")
+            }
         }
     }
 
@@ -233,6 +270,10 @@ impl MetadataGroup {
 /// every node skips it alike, and the node that proposed it reads the outcome from its catalog.
 async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogId>) {
     let catalog = &node.catalog;
+    if let Err(e) = change.validate_on(node) {
+        tracing::error!(?log_id, error = %e, "skipped an invalid topic change");
+        return;
+    }
     match change {
         TopicChange::Create { name, id, config, placement } => {
             if catalog.get_by_id(id).is_some() || catalog.get(&name).is_some() {
@@ -246,7 +287,9 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             tracing::info!(topic = %topic.name, partitions = count, here = local_count(node, &topic), "created topic");
         }
         TopicChange::AddPartitions { id, placement } => {
-            let Some(current) = catalog.get_by_id(id) else { return };
+            let Some(current) = catalog.get_by_id(id).filter(|t| !super::is_internal(&t.name)) else {
+                return;
+            };
             let from = current.partitions.len() as i32;
             let to = placement.len() as i32;
             if to <= from {
@@ -258,7 +301,9 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             tracing::info!(topic = %current.name, from, to, "added partitions");
         }
         TopicChange::Delete { id } => {
-            let Some(topic) = catalog.get_by_id(id) else { return };
+            let Some(topic) = catalog.get_by_id(id).filter(|t| !super::is_internal(&t.name)) else {
+                return;
+            };
             catalog.unpublish(&topic);
             // The catalog is written before the files go, so a crash in between leaves only
             // orphaned files (removed when the name is used again), never a topic without them.
@@ -278,7 +323,9 @@ fn local_count(node: &Node, topic: &Topic) -> usize {
 /// node's other topics carry on.
 async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range<i32>) {
     for index in range {
-        let Some(meta) = topic.partition(index) else { continue };
+        let Some(meta) = topic.partition(index) else {
+            continue;
+        };
         if meta.leader != node.node_id {
             continue;
         }
@@ -374,7 +421,9 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
                     // `write` lets only topic changes in; anything else is skipped alike everywhere.
                     match serde_json::from_slice::<TopicChange>(command.payload()) {
                         Ok(change) => apply_change(&self.node, change, Some(entry.log_id)).await,
-                        Err(e) => tracing::error!(log_id = %entry.log_id, error = %e, "skipped an undecodable metadata entry"),
+                        Err(e) => {
+                            tracing::error!(log_id = %entry.log_id, error = %e, "skipped an undecodable metadata entry")
+                        }
                     }
                     persist(&self.node, Some(entry.log_id));
                 }
@@ -458,4 +507,33 @@ async fn install(node: &Arc<Node>, wanted: &[StoredTopic], meta: &Meta) -> std::
     }
     tracing::info!(topics = wanted.len(), applied = ?meta.last_log_id, "installed a metadata snapshot");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(name: &str, placement: Vec<i32>) -> TopicChange {
+        TopicChange::Create { name: name.into(), id: Uuid::nil(), config: TopicConfig::default(), placement }
+    }
+
+    #[test]
+    fn a_replicated_change_is_checked_as_its_request_was() {
+        let nodes = |n: i32| (0..3).contains(&n);
+        assert_eq!(create("orders", vec![0, 1, 2]).validate(10, nodes), Ok(()));
+        for bad in ["../x", "", "..", "a/b", "__consumer_offsets"] {
+            assert!(create(bad, vec![0]).validate(10, nodes).is_err(), "{bad:?} accepted");
+        }
+        assert!(create("t", vec![]).validate(10, nodes).is_err(), "no partitions");
+        assert!(create("t", vec![0; 11]).validate(10, nodes).is_err(), "over topics.max_partitions");
+        assert!(create("t", vec![0, 7]).validate(10, nodes).is_err(), "a partition on an unknown node");
+        let config = TopicConfig::from_pairs([("retention.ms", Some("1000"))]).unwrap();
+        let mut bad_config: serde_json::Value = serde_json::to_value(&config).unwrap();
+        bad_config["retention.ms"] = "soon".into();
+        let config: TopicConfig = serde_json::from_value(bad_config).unwrap();
+        let change = TopicChange::Create { name: "t".into(), id: Uuid::nil(), config, placement: vec![0] };
+        assert!(change.validate(10, nodes).is_err(), "an invalid config value");
+        assert!(TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 9] }.validate(10, nodes).is_err());
+        assert_eq!(TopicChange::Delete { id: Uuid::nil() }.validate(10, nodes), Ok(()));
+    }
 }

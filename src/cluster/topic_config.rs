@@ -137,6 +137,12 @@ impl TopicConfig {
         Ok(TopicConfig { overrides })
     }
 
+    /// Checks configs that arrived already built (a replicated topic change) by the rules of
+    /// [`TopicConfig::from_pairs`].
+    pub fn validate(&self) -> Result<(), TopicConfigError> {
+        TopicConfig::from_pairs(self.overrides.iter().map(|(k, v)| (k.as_str(), Some(v.as_str())))).map(|_| ())
+    }
+
     /// `__consumer_offsets`: compacted by the coordinator itself (never deleted by retention),
     /// 100 MiB segments as Kafka's `offsets.topic.segment.bytes`.
     pub fn internal_offsets() -> TopicConfig {
@@ -193,7 +199,9 @@ fn validate_value(key: &Key, value: &str) -> Result<(), TopicConfigError> {
     let bad = |reason| Err(TopicConfigError::InvalidValue { key: key.name.to_string(), value: value.to_string(), reason });
     match key.kind {
         ConfigType::Int | ConfigType::Long => {
-            let Ok(n) = value.trim().parse::<i64>() else { return bad("not a number") };
+            let Ok(n) = value.trim().parse::<i64>() else {
+                return bad("not a number");
+            };
             let (min, max): (i64, i64) = match key.name {
                 "segment.bytes" => (14, i32::MAX as i64),
                 "max.message.bytes" => (1, i32::MAX as i64),

@@ -46,13 +46,19 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
+use super::peer_auth::PeerAuth;
 use super::{LogId, NodeId, TypeConfig};
 use crate::cluster::metadata_group::{WriteError, METADATA_GROUP, METADATA_SHARD};
 use crate::node::Node;
 use crate::runtime::Shard;
 
-/// Largest frame either side accepts (a snapshot chunk or a batch of entries).
-const MAX_FRAME: usize = 256 << 20;
+/// Largest frame either side accepts: a batch of entries is at most the log's replication budget
+/// or one entry (at most [`super::entry_codec::MAX_BODY_LEN`]), a snapshot chunk a few MiB; the
+/// rest is room for their encoding. A follower that lags can always be sent the next entry.
+const MAX_FRAME: usize = super::entry_codec::MAX_BODY_LEN + (4 << 20);
+/// Requests of one peer connection running at once; past it the connection is not read until
+/// one completes (a peer cannot make this node spawn without bound).
+const MAX_IN_FLIGHT: usize = 256;
 /// Requests queued for one peer while its connection is busy or being made.
 const QUEUE: usize = 4096;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -126,11 +132,13 @@ impl std::fmt::Debug for Outgoing {
 pub struct PeerTasks {
     listener: std::net::TcpListener,
     links: Vec<(NodeId, String, mpsc::Receiver<Outgoing>)>,
+    auth: PeerAuth,
 }
 
 impl Peers {
-    /// Links to `peers` (id → Raft address; this node excluded), and the tasks that serve them.
-    pub fn new(listener: std::net::TcpListener, peers: BTreeMap<NodeId, String>) -> (Peers, PeerTasks) {
+    /// Links to `peers` (id → Raft address; this node excluded), and the tasks that serve them;
+    /// every connection, either way, is authenticated by `auth` first.
+    pub fn new(listener: std::net::TcpListener, peers: BTreeMap<NodeId, String>, auth: PeerAuth) -> (Peers, PeerTasks) {
         let mut links = HashMap::new();
         let mut tasks = Vec::new();
         for (id, addr) in peers {
@@ -138,7 +146,7 @@ impl Peers {
             links.insert(id, tx);
             tasks.push((id, addr, rx));
         }
-        (Peers { links }, PeerTasks { listener, links: tasks })
+        (Peers { links }, PeerTasks { listener, links: tasks, auth })
     }
 
     /// The Raft network of one group.
@@ -199,7 +207,7 @@ pub fn start(node: Arc<Node>, tasks: PeerTasks, stop: CancellationToken) -> std:
         };
         runtime.block_on(async move {
             for (id, addr, rx) in tasks.links {
-                tokio::spawn(run_link(id, addr, rx));
+                tokio::spawn(run_link(id, addr, rx, tasks.auth.clone()));
             }
             let listener = match tokio::net::TcpListener::from_std(tasks.listener) {
                 Ok(l) => l,
@@ -214,7 +222,7 @@ pub fn start(node: Arc<Node>, tasks: PeerTasks, stop: CancellationToken) -> std:
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
                             let _ = stream.set_nodelay(true);
-                            tokio::spawn(serve_peer(node.clone(), stream, peer));
+                            tokio::spawn(serve_peer(node.clone(), stream, peer, tasks.auth.clone()));
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "raft-net: accept failed");
@@ -233,7 +241,7 @@ fn codec() -> LengthDelimitedCodec {
 
 /// Keeps the connection to one peer: connects when there is something to send, and again after
 /// the connection breaks.
-async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>) {
+async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>, auth: PeerAuth) {
     let mut failed_at: Option<tokio::time::Instant> = None;
     while let Some(first) = rx.recv().await {
         let unreachable = |reason: String| LinkError::Unreachable { node, addr: addr.clone(), reason };
@@ -241,7 +249,7 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>) 
             let _ = first.reply.send(Err(unreachable("connection failed just now".into())));
             continue;
         }
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 failed_at = Some(tokio::time::Instant::now());
@@ -254,6 +262,12 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>) 
                 continue;
             }
         };
+        if let Err(e) = auth.connect(&mut stream, node).await {
+            tracing::warn!(peer = node, %addr, error = %e, "raft-net: handshake failed");
+            failed_at = Some(tokio::time::Instant::now());
+            let _ = first.reply.send(Err(unreachable(format!("handshake failed: {e}"))));
+            continue;
+        }
         failed_at = None;
         let _ = stream.set_nodelay(true);
         tracing::info!(peer = node, %addr, "raft-net: connected");
@@ -313,9 +327,19 @@ async fn run_connection(node: NodeId, addr: &str, stream: TcpStream, first: Outg
     reason
 }
 
-/// Answers one peer's requests: each runs on the shard that owns its group; responses go back
-/// as they complete.
-async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAddr) {
+/// Answers one peer's requests, once it has proven to be a node of the cluster: each runs on the
+/// shard that owns its group; responses go back as they complete.
+async fn serve_peer(node: Arc<Node>, mut stream: TcpStream, peer: std::net::SocketAddr, auth: PeerAuth) {
+    let peer_id = match auth.accept(&mut stream).await {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "raft-net: refused a connection");
+            crate::metrics::raft_peer_refused();
+            return;
+        }
+    };
+    tracing::debug!(%peer, peer_id, "raft-net: peer authenticated");
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let (read, write) = stream.into_split();
     let mut reader = FramedRead::new(read, codec());
     let mut writer = FramedWrite::new(write, codec());
@@ -327,8 +351,13 @@ async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAd
             }
         }
     });
-    while let Some(frame) = reader.next().await {
-        let Ok(mut frame) = frame else { break };
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let Some(Ok(mut frame)) = reader.next().await else {
+            break;
+        };
         if frame.len() < 13 {
             tracing::warn!(%peer, "raft-net: short request frame; closing");
             break;
@@ -340,6 +369,7 @@ async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAd
         let node = node.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let (status, body) = match dispatch(&node, group, kind, payload).await {
                 Ok(body) => (STATUS_OK, body),
                 Err(reason) => (STATUS_ERROR, Bytes::from(reason)),

@@ -19,6 +19,9 @@ from conftest import CorralServer
 from groupwire import find_coordinator_v1, offset_commit_v2, parse_find_coordinator_v1, parse_offset_commit_v2
 from kafkawire import Conn, Reader, array, i16, i32, request, string
 
+# The secret the test clusters' nodes prove to each other on their Raft ports.
+CLUSTER_SECRET = "corral-test-cluster-secret"
+
 
 class Relay:
     """A TCP relay from a local port to `target`, which can be cut (connections closed, new ones
@@ -126,6 +129,7 @@ class Cluster:
 id = {i}
 [cluster]
 raft_listen = "127.0.0.1:{self.raft[i]}"
+secret = "{CLUSTER_SECRET}"
 nodes = [
 {nodes}
 ]

@@ -1,0 +1,241 @@
+//! Who may talk on the Raft port: only the cluster's own nodes, proven by the cluster secret.
+//!
+//! Every connection starts with a mutual challenge–response before any Raft frame is read. The
+//! secret never crosses the wire; each side proves it knows it with an HMAC-SHA256 over both
+//! nodes' ids and a fresh random nonce from each side, so a recorded handshake proves nothing on
+//! another connection, and the acceptor's proof (made with another label) never serves as the
+//! dialer's.
+//!
+//! ```text
+//! dialer   → acceptor:  magic "CRA1" | dialer id u64 | acceptor id u64 | dialer nonce [32]
+//! acceptor → dialer:    acceptor nonce [32] | HMAC(secret, "acceptor" | ids | nonces) [32]
+//! dialer   → acceptor:  HMAC(secret, "dialer" | ids | nonces) [32]
+//! acceptor → dialer:    0 (accepted)
+//! ```
+//!
+//! The acceptor closes the connection, before reading anything else, when the magic is wrong,
+//! the dialer's id is not another node of `[cluster] nodes`, the acceptor id is not its own, the
+//! proof is wrong, or the handshake takes longer than [`HANDSHAKE_TIMEOUT`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::NodeId;
+
+const MAGIC: &[u8; 4] = b"CRA1";
+const NONCE_LEN: usize = 32;
+const PROOF_LEN: usize = 32;
+const HELLO_LEN: usize = 4 + 8 + 8 + NONCE_LEN;
+const ACCEPTED: u8 = 0;
+/// How long either side waits for the other's part of the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("not a corral Raft handshake")]
+    BadMagic,
+    #[error("node {0} is not another node of [cluster] nodes")]
+    UnknownNode(NodeId),
+    #[error("the dialer meant to reach node {wanted}, this is node {me}")]
+    WrongTarget { wanted: NodeId, me: NodeId },
+    #[error("the peer's proof is wrong: its cluster secret differs")]
+    BadProof,
+    #[error("the handshake took longer than {HANDSHAKE_TIMEOUT:?}")]
+    Timeout,
+    #[error("no randomness for a nonce: {0}")]
+    Random(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// This node's side of the handshake: its id, the secret, and the nodes it accepts.
+#[derive(Clone)]
+pub struct PeerAuth {
+    me: NodeId,
+    secret: Arc<[u8]>,
+    nodes: Arc<BTreeSet<NodeId>>,
+}
+
+impl std::fmt::Debug for PeerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerAuth").field("me", &self.me).field("nodes", &self.nodes).finish_non_exhaustive()
+    }
+}
+
+impl PeerAuth {
+    /// `nodes`: every node of the cluster (this one is never accepted as a peer).
+    pub fn new(me: NodeId, secret: &[u8], nodes: impl IntoIterator<Item = NodeId>) -> PeerAuth {
+        PeerAuth { me, secret: secret.into(), nodes: Arc::new(nodes.into_iter().filter(|&n| n != me).collect()) }
+    }
+
+    /// The acceptor's side; returns the authenticated peer's id.
+    pub async fn accept(&self, stream: &mut TcpStream) -> Result<NodeId, AuthError> {
+        within_timeout(self.accept_inner(stream)).await
+    }
+
+    async fn accept_inner(&self, stream: &mut TcpStream) -> Result<NodeId, AuthError> {
+        let mut hello = [0u8; HELLO_LEN];
+        stream.read_exact(&mut hello).await?;
+        if &hello[..4] != MAGIC {
+            return Err(AuthError::BadMagic);
+        }
+        let dialer = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
+        let wanted = u64::from_be_bytes(hello[12..20].try_into().expect("8 bytes"));
+        if !self.nodes.contains(&dialer) {
+            return Err(AuthError::UnknownNode(dialer));
+        }
+        if wanted != self.me {
+            return Err(AuthError::WrongTarget { wanted, me: self.me });
+        }
+        let dialer_nonce: [u8; NONCE_LEN] = hello[20..].try_into().expect("nonce length");
+        let my_nonce = nonce()?;
+        let transcript = Transcript { dialer, acceptor: self.me, dialer_nonce, acceptor_nonce: my_nonce };
+        let mut challenge = [0u8; NONCE_LEN + PROOF_LEN];
+        challenge[..NONCE_LEN].copy_from_slice(&my_nonce);
+        challenge[NONCE_LEN..].copy_from_slice(&transcript.proof(&self.secret, b"acceptor"));
+        stream.write_all(&challenge).await?;
+        let mut proof = [0u8; PROOF_LEN];
+        stream.read_exact(&mut proof).await?;
+        transcript.verify(&self.secret, b"dialer", &proof)?;
+        stream.write_all(&[ACCEPTED]).await?;
+        Ok(dialer)
+    }
+
+    /// The dialer's side, toward node `target`.
+    pub async fn connect(&self, stream: &mut TcpStream, target: NodeId) -> Result<(), AuthError> {
+        within_timeout(self.connect_inner(stream, target)).await
+    }
+
+    async fn connect_inner(&self, stream: &mut TcpStream, target: NodeId) -> Result<(), AuthError> {
+        let my_nonce = nonce()?;
+        let mut hello = [0u8; HELLO_LEN];
+        hello[..4].copy_from_slice(MAGIC);
+        hello[4..12].copy_from_slice(&self.me.to_be_bytes());
+        hello[12..20].copy_from_slice(&target.to_be_bytes());
+        hello[20..].copy_from_slice(&my_nonce);
+        stream.write_all(&hello).await?;
+        let mut challenge = [0u8; NONCE_LEN + PROOF_LEN];
+        stream.read_exact(&mut challenge).await?;
+        let acceptor_nonce: [u8; NONCE_LEN] = challenge[..NONCE_LEN].try_into().expect("nonce length");
+        let transcript = Transcript { dialer: self.me, acceptor: target, dialer_nonce: my_nonce, acceptor_nonce };
+        transcript.verify(&self.secret, b"acceptor", &challenge[NONCE_LEN..])?;
+        stream.write_all(&transcript.proof(&self.secret, b"dialer")).await?;
+        let mut accepted = [0u8; 1];
+        stream.read_exact(&mut accepted).await.map_err(|_| AuthError::BadProof)?;
+        if accepted[0] != ACCEPTED {
+            return Err(AuthError::BadProof);
+        }
+        Ok(())
+    }
+}
+
+/// What both proofs cover.
+struct Transcript {
+    dialer: NodeId,
+    acceptor: NodeId,
+    dialer_nonce: [u8; NONCE_LEN],
+    acceptor_nonce: [u8; NONCE_LEN],
+}
+
+impl Transcript {
+    fn mac(&self, secret: &[u8], label: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
+        mac.update(MAGIC);
+        mac.update(label);
+        mac.update(&self.dialer.to_be_bytes());
+        mac.update(&self.acceptor.to_be_bytes());
+        mac.update(&self.dialer_nonce);
+        mac.update(&self.acceptor_nonce);
+        mac
+    }
+
+    fn proof(&self, secret: &[u8], label: &[u8]) -> [u8; PROOF_LEN] {
+        self.mac(secret, label).finalize().into_bytes().into()
+    }
+
+    /// Checks a proof in constant time.
+    fn verify(&self, secret: &[u8], label: &[u8], proof: &[u8]) -> Result<(), AuthError> {
+        self.mac(secret, label).verify_slice(proof).map_err(|_| AuthError::BadProof)
+    }
+}
+
+fn nonce() -> Result<[u8; NONCE_LEN], AuthError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(|e| AuthError::Random(e.to_string()))?;
+    Ok(nonce)
+}
+
+async fn within_timeout<T>(f: impl std::future::Future<Output = Result<T, AuthError>>) -> Result<T, AuthError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, f).await.unwrap_or(Err(AuthError::Timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (dialer, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (dialer.unwrap(), accepted.unwrap().0)
+    }
+
+    async fn handshake(dialer: &PeerAuth, target: NodeId, acceptor: &PeerAuth) -> (Result<(), AuthError>, Result<NodeId, AuthError>) {
+        let (mut a, mut b) = pair().await;
+        tokio::join!(dialer.connect(&mut a, target), acceptor.accept(&mut b))
+    }
+
+    #[tokio::test]
+    async fn nodes_with_the_same_secret_accept_each_other() {
+        let one = PeerAuth::new(1, b"a cluster secret of some length", [0, 1, 2]);
+        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let (dialed, accepted) = handshake(&one, 2, &two).await;
+        dialed.unwrap();
+        assert_eq!(accepted.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_wrong_secret_an_unknown_node_or_a_wrong_target_is_refused() {
+        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let impostor = PeerAuth::new(1, b"another secret entirely........", [0, 1, 2]);
+        let (dialed, accepted) = handshake(&impostor, 2, &two).await;
+        assert!(matches!(dialed, Err(AuthError::BadProof)), "{dialed:?}");
+        assert!(accepted.is_err());
+        let stranger = PeerAuth::new(9, b"a cluster secret of some length", [9, 2]);
+        let (_, accepted) = handshake(&stranger, 2, &two).await;
+        assert!(matches!(accepted, Err(AuthError::UnknownNode(9))), "{accepted:?}");
+        let itself = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let (_, accepted) = handshake(&itself, 2, &two).await;
+        assert!(matches!(accepted, Err(AuthError::UnknownNode(2))), "{accepted:?}");
+        let one = PeerAuth::new(1, b"a cluster secret of some length", [0, 1, 2]);
+        let (_, accepted) = handshake(&one, 0, &two).await;
+        assert!(matches!(accepted, Err(AuthError::WrongTarget { wanted: 0, me: 2 })), "{accepted:?}");
+    }
+
+    #[tokio::test]
+    async fn raw_bytes_are_refused_before_anything_is_decoded() {
+        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let (mut a, mut b) = pair().await;
+        // A Raft request frame, as the transport writes them after the handshake.
+        let frame = [
+            0, 0, 0, 13, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        a.write_all(&frame).await.unwrap();
+        assert!(matches!(two.accept(&mut b).await, Err(AuthError::BadMagic)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_dialer_times_out() {
+        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let (_a, mut b) = pair().await;
+        assert!(matches!(two.accept(&mut b).await, Err(AuthError::Timeout)));
+    }
+}
