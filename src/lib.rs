@@ -30,6 +30,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod coordinator;
+pub mod decompress;
 pub mod metrics;
 mod net;
 pub mod node;

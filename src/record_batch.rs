@@ -57,6 +57,8 @@ pub enum BatchError {
     InvalidCompression(u8),
     #[error("record batch is inconsistent: {0}")]
     Invalid(&'static str),
+    #[error("record batch cannot be looked inside: {0}")]
+    Decompress(#[from] crate::decompress::DecompressError),
 }
 
 /// The decoded fixed header of a v2 batch.
@@ -176,6 +178,9 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     }
     if compression == Compression::None {
         check_record_framing(&buf[HEADER_LEN..], header.records_count)?;
+    } else if header.records_count as usize > crate::decompress::MAX_DECOMPRESSED_BYTES / crate::decompress::MIN_RECORD_BYTES {
+        // More records than could ever be looked inside: no real producer writes such a batch.
+        return Err(BatchError::Invalid("record count does not fit any batch corral can decompress"));
     }
     Ok(header)
 }
@@ -223,15 +228,29 @@ pub fn read_varlong(buf: &mut &[u8]) -> Option<i64> {
     None
 }
 
-/// Offset and timestamp of each record in a batch, decompressing if needed. Used by the rare
-/// paths that must look inside a batch (ListOffsets by timestamp or max timestamp).
+/// Offset and timestamp of each record in a batch, decompressing if needed (with a cap: see
+/// [`crate::decompress`]). Used by the rare paths that must look inside a batch (ListOffsets by
+/// timestamp or max timestamp). Only each record's framing is read, nothing is decoded whole.
 pub fn record_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, BatchError> {
-    use kafka_protocol::records::RecordBatchDecoder;
     let header = BatchHeader::parse(batch)?;
-    let mut bytes = bytes::Bytes::copy_from_slice(batch);
-    let records = RecordBatchDecoder::decode(&mut bytes).map_err(|_| BatchError::Invalid("records could not be decoded"))?;
+    let payload = batch.get(HEADER_LEN..header.total_len()).ok_or(BatchError::Truncated { have: batch.len(), need: header.total_len() })?;
+    let records = crate::decompress::decompress(payload, header.compression()?, header.records_count)?;
     let log_append = header.attributes & 0x08 != 0;
-    Ok(records.records.iter().map(|r| (r.offset, if log_append { header.max_timestamp } else { r.timestamp })).collect())
+    let bad = || BatchError::Invalid("record framing does not match the record count");
+    // The count fits the decompressed bytes (checked), so this is bounded by them.
+    let mut out = Vec::with_capacity(header.records_count as usize);
+    let mut rest = &records[..];
+    for _ in 0..header.records_count {
+        let len = usize::try_from(read_varint(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let (mut record, tail) = (rest.get(..len).ok_or_else(bad)?, &rest[len.min(rest.len())..]);
+        rest = tail;
+        record = record.get(1..).ok_or_else(bad)?; // attributes
+        let timestamp_delta = read_varlong(&mut record).ok_or_else(bad)?;
+        let offset_delta = read_varint(&mut record).ok_or_else(bad)?;
+        let timestamp = if log_append { header.max_timestamp } else { header.base_timestamp.saturating_add(timestamp_delta) };
+        out.push((header.base_offset.saturating_add(offset_delta as i64), timestamp));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

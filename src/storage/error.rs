@@ -32,7 +32,7 @@ impl StorageError {
                 BatchError::CrcMismatch { .. } | BatchError::Truncated { .. } | BatchError::InvalidCompression(_) => {
                     ResponseError::CorruptMessage
                 }
-                BatchError::UnsupportedMagic(_) | BatchError::Invalid(_) => ResponseError::InvalidRecord,
+                BatchError::UnsupportedMagic(_) | BatchError::Invalid(_) | BatchError::Decompress(_) => ResponseError::InvalidRecord,
             },
             StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
             StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,

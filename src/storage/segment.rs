@@ -299,7 +299,7 @@ impl Segment {
     }
 
     /// The first record with a timestamp at or after `timestamp`: `(offset, timestamp)`.
-    pub(crate) fn find_timestamp(&self, timestamp: i64) -> io::Result<Option<(i64, i64)>> {
+    pub(crate) fn find_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, super::StorageError> {
         if self.max_timestamp < timestamp {
             return Ok(None);
         }
@@ -321,7 +321,7 @@ impl Segment {
     }
 
     /// The record holding this segment's largest timestamp: `(offset, timestamp)`.
-    pub(crate) fn max_timestamp_record(&self) -> io::Result<Option<(i64, i64)>> {
+    pub(crate) fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, super::StorageError> {
         if self.max_timestamp < 0 {
             return Ok(None);
         }
@@ -330,10 +330,12 @@ impl Segment {
         Ok(records.into_iter().find(|&(_, ts)| ts == self.max_timestamp).or(Some((at.header.last_offset(), self.max_timestamp))))
     }
 
-    fn record_timestamps(&self, at: &BatchPosition) -> io::Result<Vec<(i64, i64)>> {
+    /// A batch whose records cannot be looked inside (see [`crate::decompress`]) is the batch's
+    /// error, not the disk's.
+    fn record_timestamps(&self, at: &BatchPosition) -> Result<Vec<(i64, i64)>, super::StorageError> {
         let mut buf = vec![0u8; at.header.total_len()];
         self.log.read_exact_at(&mut buf, at.position)?;
-        record_batch::record_timestamps(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        Ok(record_batch::record_timestamps(&buf)?)
     }
 
     /// Calls `f` with the header of every batch, in order (producer-state rebuild).

@@ -7,6 +7,7 @@ protocol specification, independently of corral's code and of the client librari
 
 from __future__ import annotations
 
+import gzip
 import socket
 import struct
 import time
@@ -84,8 +85,17 @@ assert crc32c(b"123456789") == 0xE3069283  # the standard check value
 # --- record batch v2 ----------------------------------------------------------------------------
 
 
-def record_batch(records: list[tuple[bytes | None, bytes | None]], base_timestamp: int | None = None) -> bytes:
-    """An uncompressed v2 batch, non-idempotent (producer id -1), base offset 0."""
+GZIP = 1
+
+
+def record_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    base_timestamp: int | None = None,
+    codec: int = 0,
+    claimed_count: int | None = None,
+) -> bytes:
+    """A v2 batch, non-idempotent (producer id -1), base offset 0: uncompressed, or with
+    `codec=GZIP` gzip-compressed; `claimed_count` overrides the record count the header states."""
     ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
     body = bytearray()
     for delta, (key, value) in enumerate(records):
@@ -94,15 +104,18 @@ def record_batch(records: list[tuple[bytes | None, bytes | None]], base_timestam
         rec += varint(-1) if value is None else varint(len(value)) + value
         rec += varint(0)  # headers
         body += varint(len(rec)) + rec
+    if codec == GZIP:
+        body = bytearray(gzip.compress(bytes(body)))
+    count = len(records) if claimed_count is None else claimed_count
     after_crc = (
-        i16(0)  # attributes: no compression, create time
-        + i32(len(records) - 1)  # last offset delta
+        i16(codec)  # attributes: the codec, create time
+        + i32(count - 1)  # last offset delta
         + i64(ts)
         + i64(ts)
         + i64(-1)  # producer id
         + i16(-1)  # producer epoch
         + i32(-1)  # base sequence
-        + i32(len(records))
+        + i32(count)
         + bytes(body)
     )
     crc = crc32c(after_crc)

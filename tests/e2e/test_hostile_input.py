@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import clients
 import kafkawire as kw
@@ -199,6 +200,41 @@ def test_produce_with_corrupted_crc_is_refused(target):
     conn.close()
     got = clients.consume_all(server.bootstrap, topic)[0]
     assert [(r.offset, r.key) for r in got] == [(0, b"k0"), (1, b"k1"), (2, b"k2"), (3, b"raw-good"), (4, b"raw-next")]
+    assert_still_serves(server, topic, witness)
+
+
+def test_a_decompression_bomb_is_refused_when_looked_inside(target):
+    """Records that decompress to 40 MiB (a few kilobytes of gzip) are stored as sent, since corral
+    never decompresses to produce or fetch; ListOffsets by timestamp, which must look inside,
+    refuses that batch instead of inflating it, and the server goes on."""
+    server, topic, witness = target
+    conn = open_conn(server)
+    ts = 4_000_000_000_000  # after every record the fixture wrote
+    bomb = kw.record_batch([(b"bomb", bytes(40 << 20))], base_timestamp=ts, codec=kw.GZIP)
+    assert len(bomb) < 1 << 20
+    conn.send(kw.produce_v3(60, topic, 0, bomb))
+    corr, res = kw.parse_produce_v3(conn.recv_frame())
+    assert corr == 60 and res == {(topic, 0): (0, 3)}
+    conn.close()
+    c = clients.consumer(server.bootstrap, **{"group.id": "bomb-lookup"})
+    try:
+        with pytest.raises(KafkaException) as failed:
+            c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=30)
+        assert failed.value.args[0].code() == KafkaError.INVALID_RECORD, failed.value
+    finally:
+        c.close()
+    assert_still_serves(server, topic, witness)
+
+
+def test_a_compressed_batch_claiming_more_records_than_fit_is_refused(target):
+    server, topic, witness = target
+    conn = open_conn(server)
+    batch = kw.record_batch([(b"k", b"v")], codec=kw.GZIP, claimed_count=2**31 - 1)
+    conn.send(kw.produce_v3(61, topic, 0, batch))
+    corr, res = kw.parse_produce_v3(conn.recv_frame())
+    assert corr == 61 and res == {(topic, 0): (87, -1)}, "INVALID_RECORD expected"
+    conn.close()
+    assert clients.watermarks(server.bootstrap, topic, 0) == (0, 3)
     assert_still_serves(server, topic, witness)
 
 
