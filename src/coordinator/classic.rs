@@ -9,7 +9,7 @@ use kafka_protocol::ResponseError;
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
     Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest, SyncResult,
-    TimerKey, MAX_ID_BYTES, MEMBER_ID_PREFIX_BYTES,
+    TimerKey, MAX_ID_BYTES, MAX_RECORD_STRING_BYTES, MEMBER_ID_PREFIX_BYTES,
 };
 
 const NONE: i16 = 0;
@@ -38,6 +38,13 @@ impl CoordinatorState {
         let too_long = |id: &str| id.len() > MAX_ID_BYTES;
         if request.group_id.is_empty() || too_long(&request.group_id) || request.instance_id.as_deref().is_some_and(too_long) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidGroupId, &request.member_id)));
+        }
+        let unstorable = |s: &str| s.len() > MAX_RECORD_STRING_BYTES;
+        let names = request.protocols.iter().map(|(name, _)| name.as_str());
+        if [&request.protocol_type, &request.member_id, &request.client_id, &request.client_host].into_iter().any(|s| unstorable(s))
+            || names.clone().any(unstorable)
+        {
+            return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidRequest, &request.member_id)));
         }
         if !(cfg.min_session_timeout_ms..=cfg.max_session_timeout_ms).contains(&request.session_timeout_ms) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidSessionTimeout, &request.member_id)));

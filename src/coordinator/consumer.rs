@@ -321,6 +321,9 @@ impl CoordinatorState {
         if r.member_id.is_empty() && (r.version >= 1 || r.member_epoch > 0 || r.member_epoch == LEAVE_EPOCH) {
             return invalid("MemberId can't be empty.");
         }
+        if r.member_id.len() > super::state::MAX_RECORD_STRING_BYTES {
+            return invalid("MemberId is too long.");
+        }
         if r.instance_id.as_deref() == Some("") {
             return invalid("InstanceId can't be empty.");
         }

@@ -339,6 +339,9 @@ fn validation() {
     r.group_id = String::new();
     assert_eq!(h.send(r.clone()).error, ResponseError::InvalidRequest.code());
     r.group_id = "g".into();
+    r.member_id = "m".repeat(40_000);
+    assert_eq!(h.send(r.clone()).error, ResponseError::InvalidRequest.code(), "a member id too long for the record key");
+    r.member_id = "m".into();
     r.member_epoch = -3;
     assert_eq!(h.send(r).error, ResponseError::InvalidRequest.code());
 }

@@ -67,7 +67,7 @@ impl CoordinatorState {
         }
         let mut codes = Vec::with_capacity(n);
         let mut accepted = Vec::with_capacity(n);
-        let expire = (request.version <= 4 && request.retention_ms != -1).then(|| now + request.retention_ms);
+        let expire = (request.version <= 4 && request.retention_ms != -1).then(|| now.saturating_add(request.retention_ms));
         for o in request.offsets {
             let metadata = o.metadata.unwrap_or_default();
             // Kafka measures metadata as Java String.length(): UTF-16 code units.
@@ -297,7 +297,7 @@ impl CoordinatorState {
                 .iter()
                 .filter(|((topic, _), v)| {
                     !(group.state == GroupState::Stable && group.is_subscribed(topic))
-                        && (v.expire_timestamp.is_some_and(|e| now >= e) || now - base.of(v) >= retention)
+                        && (v.expire_timestamp.is_some_and(|e| now >= e) || now.saturating_sub(base.of(v)) >= retention)
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
@@ -316,7 +316,8 @@ impl CoordinatorState {
             let expired: Vec<(String, i32)> = offsets
                 .iter()
                 .filter(|((topic, _), v)| {
-                    !subscribed.contains(topic) && (v.expire_timestamp.is_some_and(|e| now >= e) || now - v.commit_timestamp >= retention)
+                    !subscribed.contains(topic)
+                        && (v.expire_timestamp.is_some_and(|e| now >= e) || now.saturating_sub(v.commit_timestamp) >= retention)
                 })
                 .map(|(k, _)| k.clone())
                 .collect();

@@ -543,7 +543,9 @@ fn get_compact_nullable_string(b: &mut &[u8]) -> Result<Option<String>, RecordEr
     }
 }
 
+/// Callers refuse longer strings where they enter (MAX_RECORD_STRING_BYTES, MAX_ID_BYTES).
 fn put_string(b: &mut BytesMut, s: &str) {
+    debug_assert!(s.len() <= i16::MAX as usize, "a {}-byte string in a 16-bit-length field", s.len());
     b.put_i16(s.len() as i16);
     b.put_slice(s.as_bytes());
 }

@@ -25,6 +25,11 @@ use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata, OffsetValu
 /// keys store them as 16-bit-length strings; corral refuses longer ones up front.
 pub const MAX_ID_BYTES: usize = 16 * 1024;
 
+/// Longest string stored as a 16-bit-length string of a `__consumer_offsets` record (protocol
+/// type and names, member and client ids, client host): a longer one is refused with
+/// INVALID_REQUEST, never cut.
+pub const MAX_RECORD_STRING_BYTES: usize = i16::MAX as usize;
+
 /// Member ids are `<client id or instance id>-<uuid>`; the prefix is cut to this many bytes.
 pub(crate) const MEMBER_ID_PREFIX_BYTES: usize = 1024;
 

@@ -757,3 +757,55 @@ fn list_and_describe() {
     assert_eq!(d.members[0].member_id, a);
     assert!(h.state.describe_group("nope").is_none());
 }
+
+/// Strings stored with a 16-bit length in the group's record are refused when longer, with
+/// INVALID_REQUEST, before anything is created (a cut string would corrupt the record).
+#[test]
+fn a_string_too_long_for_the_group_record_is_refused() {
+    let mut h = Harness::new();
+    let long = "p".repeat(40_000);
+    for (protocol_type, protocol) in [(long.as_str(), "range"), ("consumer", long.as_str())] {
+        let token = h.token();
+        let request = JoinRequest {
+            group_id: "g".into(),
+            member_id: String::new(),
+            instance_id: None,
+            protocol_type: protocol_type.into(),
+            protocols: vec![(protocol.into(), Bytes::from_static(b"sub"))],
+            session_timeout_ms: SESSION,
+            rebalance_timeout_ms: REBALANCE,
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            version: 5,
+        };
+        h.state.join(h.now, request, token);
+        h.settle();
+        assert_eq!(h.join_reply(token).error, ResponseError::InvalidRequest.code());
+    }
+    assert!(h.state.groups.is_empty(), "nothing was created");
+    assert!(h.log.is_empty());
+}
+
+/// A retention time at the end of i64 (OffsetCommit v2-v4) saturates instead of overflowing.
+#[test]
+fn an_extreme_retention_time_saturates() {
+    let mut h = Harness::new();
+    let token = h.token();
+    let request = CommitRequest {
+        group_id: "g".into(),
+        generation: -1,
+        member_id: String::new(),
+        instance_id: None,
+        version: 2,
+        retention_ms: i64::MAX,
+        offsets: vec![CommitOffset { topic: "t".into(), partition: 0, offset: 5, leader_epoch: -1, metadata: None }],
+    };
+    h.now = 1_000;
+    h.state.commit(h.now, request, token);
+    h.settle();
+    assert!(matches!(h.replies.get(&token), Some(Response::Commit(codes)) if codes == &vec![NONE]));
+    match &h.log[..] {
+        [GroupRecord::Offset { value: Some(v), .. }] => assert_eq!(v.expire_timestamp, Some(i64::MAX)),
+        other => panic!("expected one offset record, got {other:?}"),
+    }
+}

@@ -232,8 +232,9 @@ impl PartitionLog {
         }
         let full = active.size() + len as u64 > self.config.segment_bytes;
         let waited = match active.first_timestamp {
-            Some(first) => header.max_timestamp - first,
-            None => now_ms - active.created_ms,
+            // Timestamps are the client's: any two i64 may meet here.
+            Some(first) => header.max_timestamp.saturating_sub(first),
+            None => now_ms.saturating_sub(active.created_ms),
         };
         let old = waited > self.config.segment_ms;
         let offsets = header.last_offset() - active.base_offset > i32::MAX as i64;

@@ -3,10 +3,13 @@ a server that stays up and keeps serving (including across a restart) after absu
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 import clients
 import groupwire as gw
+import kafkawire as kw
 from groups import GROUP_CONFIG, unique
 
 MIN_SESSION_MS = 1000  # GROUP_CONFIG's groups.min_session_timeout_ms
@@ -164,3 +167,56 @@ def test_huge_group_ids_get_answers_and_the_server_stays_up(server):
     with gw.GroupConn(b) as conn:
         _, fetched = conn.call(gw.offset_fetch_v1, gw.parse_offset_fetch_v1, long_id, [(topic, 0)])
         assert fetched == {(topic, 0): (42, gw.NONE)}
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def compact_string(s: str | None) -> bytes:
+    if s is None:
+        return uvarint(0)
+    data = s.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def join_group_v6(corr: int, group: str, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bytes:
+    """JoinGroup v6 (flexible: compact strings, so a string may be longer than 32,767 bytes)."""
+    body = compact_string(group) + kw.i32(10000) + kw.i32(10000) + compact_string("") + compact_string(None)
+    body += compact_string(protocol_type) + uvarint(len(protocols) + 1)
+    for name, metadata in protocols:
+        body += compact_string(name) + uvarint(len(metadata) + 1) + metadata + b"\x00"
+    body += b"\x00"  # tagged fields
+    header = kw.i16(gw.JOIN_GROUP) + kw.i16(6) + kw.i32(corr) + kw.string("corral-e2e-raw") + b"\x00"
+    return kw.i32(len(header) + len(body)) + header + body
+
+
+def test_strings_too_long_for_the_group_record_are_refused(server):
+    """A 40 KB protocol type (or protocol name) fits JoinGroup v6's compact strings but not the
+    16-bit strings of the group's `__consumer_offsets` record: INVALID_REQUEST, nothing created,
+    and the server goes on (also across a restart)."""
+    group = unique("long-strings")
+    long = "x" * 40_000
+    conn = kw.Conn(server.bootstrap)
+    try:
+        for corr, (ptype, name) in enumerate([(long, "range"), ("consumer", long)], start=1):
+            conn.send(join_group_v6(corr, group, ptype, [(name, gw.subscription(["t"]))]))
+            frame = conn.recv_frame()
+            assert frame is not None, "the connection was closed"
+            # Response header v1 (correlation id, tagged fields), then throttle time, error code.
+            assert struct.unpack_from(">i", frame)[0] == corr
+            assert struct.unpack_from(">h", frame, 4 + 1 + 4)[0] == 42, "INVALID_REQUEST (42) expected"
+    finally:
+        conn.close()
+    with gw.GroupConn(server.bootstrap) as conn:
+        assert conn.describe(group).state == "Dead", "nothing was created"
+        member, gen = joined_leader(conn, group)
+        assert conn.heartbeat(group, gen, member) == gw.NONE
+    server.restart()
+    with gw.GroupConn(server.bootstrap) as conn:
+        assert conn.describe(group).state in ("Stable", "Empty")
