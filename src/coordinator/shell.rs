@@ -635,7 +635,7 @@ impl PartitionRunner {
             log.append(&batch, now)?;
             data.extend_from_slice(&batch);
         }
-        for file in log.take_unsynced() {
+        for file in log.take_unsynced()? {
             file.sync_data()?;
         }
         log.delete_segments_before(start)?;

@@ -19,6 +19,9 @@ use super::{FileSlice, LogConfig, StorageError};
 /// How long producer state is kept without writes (Kafka's `producer.id.expiration.ms`).
 pub(crate) const PRODUCER_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
 const PRODUCER_SNAPSHOT: &str = "producer.snapshot";
+/// The offset below which every segment was fsynced (Kafka's recovery point): after a crash,
+/// segments that reach past it are checked batch by batch, those below it are trusted.
+const RECOVERY_POINT: &str = "recovery-point";
 
 /// Result of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +69,15 @@ pub struct PartitionLog {
     producers: ProducerStates,
     /// Files written since the last sync, with the log end offset they reach.
     unsynced: Vec<Arc<File>>,
+    /// A segment was created since the last sync: its directory entry must be fsynced too.
+    dir_unsynced: bool,
     unflushed_messages: u64,
+    /// The first fsync that failed. After it nothing is known about what reached the disk (a
+    /// later fsync can succeed with the failed pages dropped), so the log takes no more writes
+    /// and never reports anything durable again.
+    sync_failed: Option<String>,
+    /// The recovery point last written.
+    recovery_point: i64,
 }
 
 impl PartitionLog {
@@ -77,21 +88,32 @@ impl PartitionLog {
         let mut segments = BTreeMap::new();
         segments.insert(0, segment);
         sync_dir(dir)?;
-        Ok(PartitionLog {
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(PartitionLog::with_segments(dir, config, segments))
+    }
+
+    fn with_segments(dir: &Path, config: LogConfig, segments: BTreeMap<i64, Segment>) -> PartitionLog {
+        PartitionLog {
             dir: dir.to_path_buf(),
             config,
             segments,
             producers: ProducerStates::default(),
             unsynced: Vec::new(),
+            dir_unsynced: false,
             unflushed_messages: 0,
-        })
+            sync_failed: None,
+            recovery_point: 0,
+        }
     }
 
     /// Opens an existing partition directory (creating it if missing).
     ///
     /// After a clean shutdown the indexes and the producer snapshot are loaded as written. After
-    /// a crash the active segment is scanned, every batch checked, a torn tail truncated and the
-    /// indexes rebuilt; producer state is rebuilt from the batch headers of every segment.
+    /// a crash every segment that reaches past the recovery point (the active one at least) is
+    /// scanned, every batch checked, a torn tail truncated and the indexes rebuilt; producer
+    /// state is rebuilt from the batch headers of every segment.
     pub fn open(dir: &Path, config: LogConfig, clean: bool, now_ms: i64) -> Result<(PartitionLog, OpenReport), StorageError> {
         if !dir.exists() {
             return Ok((PartitionLog::create(dir, config, now_ms)?, OpenReport { segments: 1, ..Default::default() }));
@@ -110,23 +132,31 @@ impl PartitionLog {
         bases.sort_unstable();
         let mut report = OpenReport::default();
         let mut segments = BTreeMap::new();
-        let last = *bases.last().expect("non-empty");
-        for base in bases {
-            let trust = clean || base != last;
+        // Without a recovery point (a log written before it was kept) every segment is checked.
+        let recovery_point = read_recovery_point(dir);
+        let mut torn_at = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if torn_at.is_some() {
+                // Past a torn segment: its records would leave a gap in the offsets (Kafka drops
+                // them the same way).
+                let (segment, _) = Segment::open(dir, base, config.index_interval_bytes, true, now_ms)?;
+                report.truncated_bytes += segment.size();
+                segment.delete()?;
+                continue;
+            }
+            let fsynced = bases.get(i + 1).is_some_and(|&next| next <= recovery_point);
+            let trust = clean || fsynced;
             let (segment, Recovery { batches, truncated_bytes }) = Segment::open(dir, base, config.index_interval_bytes, trust, now_ms)?;
             report.recovered_batches += batches;
             report.truncated_bytes += truncated_bytes;
+            if truncated_bytes > 0 && i + 1 < bases.len() {
+                torn_at = Some(base);
+            }
             segments.insert(base, segment);
         }
         report.segments = segments.len();
-        let mut log = PartitionLog {
-            dir: dir.to_path_buf(),
-            config,
-            segments,
-            producers: ProducerStates::default(),
-            unsynced: Vec::new(),
-            unflushed_messages: 0,
-        };
+        let mut log = PartitionLog::with_segments(dir, config, segments);
+        log.recovery_point = recovery_point;
         log.producers = match (clean, log.load_producer_snapshot()) {
             (true, Some(states)) => states,
             _ => log.rebuild_producer_states(now_ms)?,
@@ -184,6 +214,7 @@ impl PartitionLog {
 
     /// Validates one record batch, checks the producer's sequence, assigns offsets and writes it.
     pub fn append(&mut self, batch: &[u8], now_ms: i64) -> Result<AppendInfo, StorageError> {
+        self.check_sync()?;
         if batch.len() > self.config.max_message_bytes as usize {
             return Err(StorageError::MessageTooLarge { size: batch.len(), max: self.config.max_message_bytes });
         }
@@ -253,6 +284,7 @@ impl PartitionLog {
         self.unsynced.extend(files);
         let segment = Segment::create(&self.dir, next, self.config.index_interval_bytes, now_ms)?;
         self.segments.insert(next, segment);
+        self.dir_unsynced = true;
         Ok(())
     }
 
@@ -364,17 +396,49 @@ impl PartitionLog {
     }
 
     /// Everything an fsync must cover to make the current log end durable: files of segments
-    /// rolled since the last sync, and the active segment. Resets the unflushed count.
-    pub fn take_unsynced(&mut self) -> Vec<Arc<File>> {
+    /// rolled since the last sync, the directory where segments were created since, and the
+    /// active segment. Resets the unflushed count. Refused once an fsync has failed.
+    pub fn take_unsynced(&mut self) -> Result<Vec<Arc<File>>, StorageError> {
+        self.check_sync()?;
         let mut files = std::mem::take(&mut self.unsynced);
+        if std::mem::take(&mut self.dir_unsynced) {
+            files.push(Arc::new(File::open(&self.dir)?));
+        }
         files.extend(self.active().files());
         self.unflushed_messages = 0;
-        files
+        Ok(files)
+    }
+
+    /// Records that an fsync of what [`PartitionLog::take_unsynced`] returned failed: the log
+    /// takes no more writes and syncs nothing more (see `sync_failed`).
+    pub fn sync_failed(&mut self, error: &io::Error) {
+        self.sync_failed.get_or_insert_with(|| error.to_string());
+    }
+
+    fn check_sync(&self) -> Result<(), StorageError> {
+        match &self.sync_failed {
+            Some(e) => {
+                Err(StorageError::Io(io::Error::other(format!("an earlier fsync of this partition failed ({e}); it takes no more writes"))))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The recovery point to write once everything [`PartitionLog::take_unsynced`] returned is
+    /// on disk, if it moved: the active segment's base (every segment before it is then fsynced).
+    pub fn recovery_point_after_sync(&self) -> Option<(PathBuf, i64)> {
+        let base = self.active().base_offset;
+        (base > self.recovery_point).then(|| (self.dir.join(RECOVERY_POINT), base))
+    }
+
+    /// The recovery point `offset` was written.
+    pub fn recovery_point_written(&mut self, offset: i64) {
+        self.recovery_point = self.recovery_point.max(offset);
     }
 
     /// Syncs everything and writes the producer snapshot, for a clean shutdown.
     pub fn close(&mut self) -> Result<(), StorageError> {
-        for file in self.take_unsynced() {
+        for file in self.take_unsynced()? {
             file.sync_all()?;
         }
         let snapshot = ProducerSnapshot { log_end_offset: self.log_end_offset(), producers: self.producers.clone() };
@@ -413,6 +477,16 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         sync_dir(parent)?;
     }
     Ok(())
+}
+
+/// Writes a recovery point (durably: see [`write_atomically`]).
+pub(crate) fn write_recovery_point(path: &Path, offset: i64) -> io::Result<()> {
+    write_atomically(path, offset.to_string().as_bytes())
+}
+
+/// The recovery point of a partition directory; 0 (check everything) when there is none.
+fn read_recovery_point(dir: &Path) -> i64 {
+    std::fs::read_to_string(dir.join(RECOVERY_POINT)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
 /// fsync a directory so that entries created or renamed in it survive a crash.

@@ -25,6 +25,9 @@ pub struct Partition {
     flush_messages: u64,
     flush: RefCell<FlushState>,
     flushing: Cell<bool>,
+    /// Makes the next fsync fail, as a failing disk would.
+    #[cfg(test)]
+    pub(crate) fail_next_sync: Cell<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -44,6 +47,8 @@ impl Partition {
             flush_messages,
             flush: RefCell::new(FlushState { durable_offset: leo, waiters: Vec::new() }),
             flushing: Cell::new(false),
+            #[cfg(test)]
+            fail_next_sync: Cell::new(false),
         })
     }
 
@@ -54,16 +59,22 @@ impl Partition {
         batch: &[u8],
         now_ms: i64,
     ) -> Result<(AppendInfo, Option<oneshot::Receiver<FlushResult>>), StorageError> {
-        let (info, leo, unflushed) = {
+        let (info, leo, unflushed, rolled) = {
             let mut log = self.log.borrow_mut();
+            let segments = log.segment_count();
             let info = log.append(batch, now_ms)?;
-            (info, log.log_end_offset(), log.unflushed_messages())
+            (info, log.log_end_offset(), log.unflushed_messages(), log.segment_count() > segments)
         };
         if !info.duplicate {
             self.end_offset.send_replace(leo);
         }
         let durable =
             if self.flush_messages > 0 && (unflushed >= self.flush_messages || info.duplicate) { Some(self.flush_to(leo)) } else { None };
+        if rolled && durable.is_none() {
+            // The sealed segment is fsynced in the background, so the recovery point moves past it
+            // and a restart after a crash checks only what follows.
+            drop(self.flush_to(leo));
+        }
         Ok((info, durable))
     }
 
@@ -85,20 +96,58 @@ impl Partition {
         rx
     }
 
+    /// fsyncs until every waiter is covered. A failed fsync fails its waiters and every later
+    /// one: the log refuses to sync again (see [`PartitionLog::sync_failed`]).
     async fn flush_loop(self: Rc<Self>) {
         loop {
-            let (target, files) = {
+            let taken = {
                 let mut log = self.log.borrow_mut();
-                (log.log_end_offset(), log.take_unsynced())
+                let target = log.log_end_offset();
+                log.take_unsynced().map(|files| (target, files, log.recovery_point_after_sync()))
             };
-            let result = tokio::task::spawn_blocking(move || files.iter().try_for_each(|f| f.sync_data()))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)))
-                .map_err(Arc::new);
+            #[cfg(test)]
+            let inject_failure = self.fail_next_sync.take();
+            #[cfg(not(test))]
+            let inject_failure = false;
+            let result = match taken {
+                Err(e) => Err(Arc::new(io::Error::other(e.to_string()))),
+                Ok((target, files, recovery)) => {
+                    let synced = tokio::task::spawn_blocking(move || {
+                        if inject_failure {
+                            return Err(io::Error::other("injected fsync failure"));
+                        }
+                        files.iter().try_for_each(|f| f.sync_data())?;
+                        if let Some((path, offset)) = &recovery {
+                            super::log::write_recovery_point(path, *offset)?;
+                        }
+                        Ok(recovery.map(|(_, offset)| offset))
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    let mut log = self.log.borrow_mut();
+                    match synced {
+                        Ok(recovery) => {
+                            if let Some(offset) = recovery {
+                                log.recovery_point_written(offset);
+                            }
+                            Ok(target)
+                        }
+                        Err(e) => {
+                            tracing::error!(partition = %log.dir().display(), error = %e, "fsync failed; the partition takes no more writes");
+                            log.sync_failed(&e);
+                            Err(Arc::new(e))
+                        }
+                    }
+                }
+            };
             let mut state = self.flush.borrow_mut();
-            if result.is_ok() {
-                state.durable_offset = target;
-            }
+            let (result, target) = match result {
+                Ok(target) => {
+                    state.durable_offset = target;
+                    (Ok(()), target)
+                }
+                Err(e) => (Err(e), i64::MAX),
+            };
             let waiters = std::mem::take(&mut state.waiters);
             for (offset, tx) in waiters {
                 match &result {

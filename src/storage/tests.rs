@@ -338,3 +338,66 @@ fn reads_span_many_large_batches() {
     let read = log.read(25, 1 << 20, true).unwrap();
     assert_eq!(batch_offsets(&slice_bytes(read.slice.as_ref().unwrap())), vec![20, 30, 40]);
 }
+
+/// After a crash every segment past the recovery point is checked, not only the active one: a
+/// sealed segment that was never fsynced and came back torn is cut where it tears, and the
+/// segments after it go (their offsets would leave a gap). Segments below the recovery point are
+/// trusted as written.
+#[test]
+fn segments_past_the_recovery_point_are_checked_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let one = batch(1, Codec::None, None, 0).len() as u64;
+    let mut log = PartitionLog::create(&path, LogConfig { segment_bytes: 2 * one, ..config() }, 0).unwrap();
+    for _ in 0..4 {
+        log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+    }
+    // Segments [0, 2) and [2, 4) exist; syncing makes 2 the recovery point... once the active
+    // segment starts at 2 (it rolls at the next append).
+    log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+    assert_eq!(log.segment_count(), 3);
+    for file in log.take_unsynced().unwrap() {
+        file.sync_data().unwrap();
+    }
+    let (point_file, point) = log.recovery_point_after_sync().unwrap();
+    assert_eq!(point, 4);
+    super::log::write_recovery_point(&point_file, point).unwrap();
+    log.recovery_point_written(point);
+    assert!(log.recovery_point_after_sync().is_none(), "written once per segment");
+    // Two more segments, never synced: [4, 6) sealed, [6, 7) active.
+    for _ in 0..2 {
+        log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 4);
+    drop(log);
+    // The sealed, unsynced segment lost its second batch's tail in the crash.
+    let torn = path.join(super::segment::file_name(4, "log"));
+    let f = std::fs::OpenOptions::new().write(true).open(&torn).unwrap();
+    f.set_len(one + one / 2).unwrap();
+    drop(f);
+    let (log, report) = PartitionLog::open(&path, LogConfig { segment_bytes: 2 * one, ..config() }, false, 0).unwrap();
+    assert_eq!(log.log_end_offset(), 5, "cut at the torn batch of segment 4");
+    assert_eq!(log.segment_count(), 3, "the segment after the tear is gone");
+    assert_eq!(report.truncated_bytes, (one - one / 2) + one);
+    assert!(!path.join(super::segment::file_name(6, "log")).exists());
+}
+
+/// A failed fsync is never forgotten: its waiters fail, and so does every later append and
+/// flush, even though a later fsync would succeed (the failed pages may be gone).
+#[test]
+fn a_failed_fsync_is_never_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    tokio::task::LocalSet::new().block_on(&runtime, async {
+        let log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+        let partition = super::Partition::new(log, std::sync::Arc::new(tokio::sync::watch::channel(0).0), 1);
+        let (_, durable) = partition.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+        durable.unwrap().await.unwrap().expect("the first fsync succeeds");
+        partition.fail_next_sync.set(true);
+        let (_, durable) = partition.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+        assert!(durable.unwrap().await.unwrap().is_err(), "the injected failure reaches the waiter");
+        assert!(matches!(partition.append(&batch(1, Codec::None, None, 0), 0), Err(StorageError::Io(_))), "no more writes");
+        assert!(partition.flush_to(2).await.unwrap().is_err(), "nothing more is reported durable");
+        assert!(partition.log.borrow_mut().close().is_err(), "nor a clean shutdown");
+    });
+}
