@@ -83,7 +83,11 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: PrometheusHandl
         "/health/live" => reply(StatusCode::OK, TEXT, "live\n".into()),
         "/health/ready" if node.is_ready() => reply(StatusCode::OK, TEXT, "ready\n".into()),
         "/health/ready" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n".into()),
-        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render()),
+        "/metrics" => {
+            // Read at the scrape, so the request path does not update a gauge per request.
+            crate::metrics::queued_request_bytes(node.client_limits.held_request_bytes());
+            reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render())
+        }
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found; try /health/live, /health/ready, /metrics\n".into()),
     }
 }

@@ -62,6 +62,21 @@ pub struct KafkaConfig {
     pub max_frame_bytes: u32,
     pub max_inflight_per_connection: usize,
     pub max_connections_per_shard: usize,
+    /// Open client connections on the node; past it a new one is closed at once (Kafka's
+    /// `max.connections`).
+    pub max_connections: usize,
+    /// Open connections from one client address; past it a new one is closed at once (Kafka's
+    /// `max.connections.per.ip`).
+    pub max_connections_per_ip: usize,
+    /// A connection with no request for this long, and none in progress, is closed (Kafka's
+    /// `connections.max.idle.ms`).
+    pub connections_max_idle_ms: u64,
+    /// A request whose bytes have begun to arrive must arrive whole within this, or the
+    /// connection is closed (a slow sender holds a buffer and a connection).
+    pub request_body_timeout_ms: u64,
+    /// Bytes of requests read and not yet answered, on the whole node; past it connections are
+    /// not read until some are answered (Kafka's `queued.max.request.bytes`; -1: no limit).
+    pub queued_max_request_bytes: i64,
     pub fetch_send: FetchSend,
 }
 
@@ -212,6 +227,11 @@ impl Default for KafkaConfig {
             max_frame_bytes: 100 * 1024 * 1024,
             max_inflight_per_connection: 32,
             max_connections_per_shard: 10_000,
+            max_connections: i32::MAX as usize,
+            max_connections_per_ip: i32::MAX as usize,
+            connections_max_idle_ms: 600_000,
+            request_body_timeout_ms: 30_000,
+            queued_max_request_bytes: 512 * 1024 * 1024,
             fetch_send: FetchSend::Sendfile,
         }
     }
@@ -339,6 +359,24 @@ impl Config {
         }
         if k.max_connections_per_shard == 0 {
             return Err(invalid("kafka.max_connections_per_shard", "must be at least 1"));
+        }
+        if k.max_connections == 0 {
+            return Err(invalid("kafka.max_connections", "must be at least 1"));
+        }
+        if k.max_connections_per_ip == 0 {
+            return Err(invalid("kafka.max_connections_per_ip", "must be at least 1"));
+        }
+        if k.connections_max_idle_ms == 0 {
+            return Err(invalid("kafka.connections_max_idle_ms", "must be at least 1"));
+        }
+        if k.request_body_timeout_ms == 0 {
+            return Err(invalid("kafka.request_body_timeout_ms", "must be at least 1"));
+        }
+        if k.queued_max_request_bytes != -1 && k.queued_max_request_bytes < k.max_frame_bytes as i64 {
+            return Err(invalid(
+                "kafka.queued_max_request_bytes",
+                format!("must be -1 (no limit) or at least kafka.max_frame_bytes ({})", k.max_frame_bytes),
+            ));
         }
         if !k.advertised.is_empty() {
             parse_host_port(&k.advertised).map_err(|reason| invalid("kafka.advertised", reason))?;

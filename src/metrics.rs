@@ -24,6 +24,9 @@ pub const SENDFILE_BYTES: &str = "corral_sendfile_bytes_total";
 pub const RECORDS_APPENDED: &str = "corral_records_appended_total";
 pub const RETENTION_SEGMENTS_DELETED: &str = "corral_retention_segments_deleted_total";
 pub const RETENTION_BYTES_DELETED: &str = "corral_retention_bytes_deleted_total";
+pub const CONNECTIONS_REFUSED: &str = "corral_connections_refused_total";
+pub const CONNECTIONS_CLOSED: &str = "corral_connections_closed_total";
+pub const QUEUED_REQUEST_BYTES: &str = "corral_queued_request_bytes";
 pub const RAFT_PEERS_REFUSED: &str = "corral_raft_peer_connections_refused_total";
 pub const COORDINATOR_WRITES_REFUSED: &str = "corral_coordinator_writes_refused_total";
 
@@ -59,6 +62,13 @@ fn describe() {
     describe_counter!(RECORDS_APPENDED, "Records appended to partition logs");
     describe_counter!(RETENTION_SEGMENTS_DELETED, "Segments deleted by retention");
     describe_counter!(RETENTION_BYTES_DELETED, Unit::Bytes, "Bytes deleted by retention");
+    describe_counter!(CONNECTIONS_REFUSED, "Client connections closed as they were accepted, by the limit they would pass (limit)");
+    describe_counter!(CONNECTIONS_CLOSED, "Client connections closed by the node: idle past connections_max_idle_ms, or a request slower than request_body_timeout_ms (reason)");
+    describe_gauge!(
+        QUEUED_REQUEST_BYTES,
+        Unit::Bytes,
+        "Bytes of requests read and not yet answered, on the node (at most queued_max_request_bytes)"
+    );
     describe_counter!(
         RAFT_PEERS_REFUSED,
         "Connections to the Raft port closed before any message was read: not a node of the cluster, or a wrong cluster secret"
@@ -143,6 +153,21 @@ impl ShardMetrics {
         counter!(RETENTION_SEGMENTS_DELETED, "shard" => self.shard.clone()).increment(segments as u64);
         counter!(RETENTION_BYTES_DELETED, "shard" => self.shard.clone()).increment(bytes);
     }
+}
+
+/// A client connection closed at accept: `limit` names the limit it would pass.
+pub fn connection_refused(limit: &'static str) {
+    counter!(CONNECTIONS_REFUSED, "limit" => limit).increment(1);
+}
+
+/// A client connection the node closed: idle, or a request that did not arrive in time.
+pub fn connection_closed(reason: &'static str) {
+    counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(1);
+}
+
+/// Request bytes held on the node now.
+pub fn queued_request_bytes(bytes: usize) {
+    gauge!(QUEUED_REQUEST_BYTES).set(bytes as f64);
 }
 
 /// A connection to the Raft port that did not authenticate.

@@ -38,6 +38,8 @@ pub struct Node {
     pub peers: Arc<crate::raft::transport::Peers>,
     /// The metadata group's leader as last seen (the controller Metadata names), -1 if none.
     pub metadata_leader: AtomicI64,
+    /// Connections and request bytes the node's clients hold, across every shard.
+    pub(crate) client_limits: Arc<crate::net::limits::ClientLimits>,
 }
 
 impl Node {

@@ -7,11 +7,14 @@
 //! responses that are ready together leave in one write.
 //!
 //! A malformed frame, an unknown API or an unsupported version closes this connection only,
-//! after the responses to earlier requests have been written.
+//! after the responses to earlier requests have been written. So does a connection idle for
+//! `connections_max_idle_ms`, and one whose request does not arrive whole within
+//! `request_body_timeout_ms`. Each request read holds its bytes of the node's
+//! `queued_max_request_bytes` until it is answered; past it the reader waits.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
@@ -34,6 +37,8 @@ struct Pending {
     api: Option<ApiKey>,
     started: Instant,
     reply: PendingReply,
+    /// The request's bytes of the node's budget, given back once the response is written.
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 enum PendingReply {
@@ -55,12 +60,39 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     let writer = tokio::task::spawn_local(write_loop(shard.clone(), write_half, rx, peer));
     let shutdown = shard.node.shutdown.clone();
     let _open = shard.metrics.connection_opened();
+    let idle = Duration::from_millis(config.connections_max_idle_ms);
+    let body_timeout = Duration::from_millis(config.request_body_timeout_ms);
+    // One timer for the connection's life, not one per request.
+    let mut check = tokio::time::interval((idle.min(body_timeout) / 2).max(Duration::from_millis(10)));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.reset();
+    let mut active_at = Instant::now();
+    // When bytes of an incomplete request were first seen waiting.
+    let mut partial_since: Option<Instant> = None;
 
     loop {
         let frame = tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
             frame = frames.next() => frame,
+            _ = check.tick() => {
+                let now = Instant::now();
+                if !frames.read_buffer().is_empty() {
+                    if now - *partial_since.get_or_insert(now) >= body_timeout {
+                        tracing::debug!(%peer, "closing connection: a request did not arrive within request_body_timeout_ms");
+                        crate::metrics::connection_closed("slow_request");
+                        break;
+                    }
+                } else if tx.capacity() < tx.max_capacity() {
+                    // Responses still being made or written: not idle.
+                    active_at = now;
+                } else if now - active_at >= idle {
+                    tracing::debug!(%peer, "closing connection: idle for connections_max_idle_ms");
+                    crate::metrics::connection_closed("idle");
+                    break;
+                }
+                continue;
+            }
         };
         let frame = match frame {
             None => break,
@@ -72,14 +104,17 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
             }
         };
         shard.metrics.bytes_received(frame.len() as u64 + 4);
+        partial_since = None;
+        let held = shard.node.client_limits.hold_request(frame.len() + 4).await;
         let started = Instant::now();
+        active_at = started;
         let api = frame.get(0..2).and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
         let (reply, close) = match api::dispatch(&shard, frame, peer).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
             Err(e) => (PendingReply::Close(e), true),
         };
-        if tx.send(Pending { api, started, reply }).await.is_err() || close {
+        if tx.send(Pending { api, started, reply, _held: held }).await.is_err() || close {
             break;
         }
     }

@@ -53,10 +53,20 @@ pub(crate) async fn accept_loop(shard: &Rc<Shard>, listener: TcpListener, connec
         };
         match accepted {
             Ok((stream, peer)) => {
+                let slot = match shard.node.client_limits.admit(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(limit) => {
+                        // Closed at once, as Kafka does: the client backs off and tries again.
+                        tracing::debug!(%peer, limit = limit.label(), "refused a connection");
+                        crate::metrics::connection_refused(limit.label());
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let shard = shard.clone();
                 connections.spawn_local(async move {
                     super::connection::serve(shard, stream, peer).await;
-                    drop(permit);
+                    drop((slot, permit));
                 });
             }
             Err(e) => {
