@@ -87,11 +87,19 @@ async fn fetch(shard: Rc<Shard>, ctx: RequestContext, request: FetchRequest) -> 
     let node_id = shard.node.node_id;
     let mut targets = Vec::new();
     let mut layout = Vec::with_capacity(request.topics.len());
+    // A partition listed more than once is read and answered once (Kafka keeps one entry per
+    // partition too), so one request cannot make the node read the same data many times.
+    let mut listed = std::collections::HashSet::new();
     for t in &request.topics {
         let topic: Option<Arc<Topic>> = if version >= 13 { catalog.get_by_id(t.topic_id) } else { catalog.get(&t.topic.0) };
         let unknown = if version >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
         let mut slots = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
+            let key =
+                if version >= 13 { (None, t.topic_id, p.partition) } else { (Some(t.topic.0.as_str()), uuid::Uuid::nil(), p.partition) };
+            if !listed.insert(key) {
+                continue;
+            }
             let slot = match topic.as_ref().map(|topic| (topic.id, topic.partition(p.partition))) {
                 None => Slot::Error(unknown.code()),
                 Some((_, None)) => Slot::Error(ResponseError::UnknownTopicOrPartition.code()),

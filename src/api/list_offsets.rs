@@ -68,11 +68,15 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     // (topic, partition, error or (shard, position in that shard's job list))
     let mut jobs: HashMap<ShardId, Vec<(Uuid, i32, i64)>> = HashMap::new();
     let mut plan = Vec::with_capacity(request.topics.len());
+    let duplicates = duplicate_partitions(&request);
     for topic in request.topics {
         let found = catalog.get(&topic.name.0);
         let mut parts = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
             let slot = match found.as_ref().and_then(|t| t.partition(p.partition_index).map(|m| (t.id, m.shard, m.leader))) {
+                _ if !duplicates.is_empty() && duplicates.contains(&(topic.name.0.to_string(), p.partition_index)) => {
+                    Err(ResponseError::InvalidRequest)
+                }
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(_) if p.current_leader_epoch > 0 => Err(ResponseError::UnknownLeaderEpoch),
                 Some((_, _, leader)) if leader != node_id => Err(ResponseError::NotLeaderOrFollower),
@@ -138,6 +142,22 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         return Ok(Handled::Now(ctx.respond(&ResponseV0::new(topics, &max_num_offsets))));
     }
     Ok(Handled::Now(ctx.respond(&ListOffsetsResponse::default().with_topics(topics))))
+}
+
+/// Partitions the request lists more than once: each of their entries is answered with
+/// INVALID_REQUEST and none is looked up, as Kafka does.
+fn duplicate_partitions(request: &ListOffsetsRequest) -> std::collections::HashSet<(String, i32)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = std::collections::HashSet::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            let key = (topic.name.0.as_str(), p.partition_index);
+            if !seen.insert(key) {
+                twice.insert((key.0.to_string(), key.1));
+            }
+        }
+    }
+    twice
 }
 
 /// `(offset, timestamp)` for a ListOffsets timestamp, or `None` when no record matches.

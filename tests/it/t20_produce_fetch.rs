@@ -8,7 +8,7 @@ use kafka_protocol::messages::{FetchRequest, InitProducerIdRequest, MetadataRequ
 use kafka_protocol::records::Compression;
 
 use crate::harness::TestServer;
-use crate::requests::{batch, batch_offsets, create_topic, fetch, produce};
+use crate::requests::{batch, batch_offsets, create_topic, fetch, name, produce};
 
 fn fetch_records(client: &mut crate::harness::Client, topic: &str, partition: i32, offset: i64, max_bytes: i32) -> (i16, i64, Bytes) {
     let r = client.call(11, &fetch(topic, partition, offset, max_bytes, 0));
@@ -203,4 +203,31 @@ fn sendfile_and_pread_send_identical_bytes() {
     }
     assert_eq!(frames[0], frames[1]);
     assert!(frames[0][2].len() > 100_000);
+}
+
+/// A partition listed many times in one request costs one read: Fetch answers it once, and
+/// ListOffsets answers every listing of it with INVALID_REQUEST (as Kafka) and the others as usual.
+#[test]
+fn a_partition_listed_twice_is_answered_once_or_refused() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    let server = TestServer::start();
+    let mut c = server.client();
+    create_topic(&mut c, "twice", 2);
+    let r = c.call(9, &produce("twice", 0, batch(3, 20, Compression::None, None), 1));
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+
+    let mut request = fetch("twice", 0, 0, 1 << 20, 0);
+    let again = request.topics[0].partitions[0].clone();
+    request.topics[0].partitions.extend(std::iter::repeat_n(again, 1000));
+    let r = c.call(11, &request);
+    let answered: usize = r.responses.iter().map(|t| t.partitions.len()).sum();
+    assert_eq!(answered, 1, "1,001 listings of one partition answered once");
+    assert_eq!(r.responses[0].partitions[0].high_watermark, 3);
+
+    let part = |p: i32| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1);
+    let topic = ListOffsetsTopic::default().with_name(name("twice")).with_partitions(vec![part(0), part(1), part(0)]);
+    let r = c.call(7, &ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![topic]));
+    let got: Vec<(i32, i16, i64)> = r.topics[0].partitions.iter().map(|p| (p.partition_index, p.error_code, p.offset)).collect();
+    assert_eq!(got, vec![(0, 42, -1), (1, 0, 0), (0, 42, -1)]);
 }
