@@ -68,7 +68,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     // (topic, partition, error or (shard, position in that shard's job list))
     let mut jobs: HashMap<ShardId, Vec<(Uuid, i32, i64)>> = HashMap::new();
     let mut plan = Vec::with_capacity(request.topics.len());
-    let duplicates = duplicate_partitions(&request);
+    // v0 (gone from Kafka 4) answers every listing, as Kafka's v0 path did.
+    let duplicates = if v0 { Default::default() } else { duplicate_partitions(&request) };
     for topic in request.topics {
         let found = catalog.get(&topic.name.0);
         let mut parts = Vec::with_capacity(topic.partitions.len());
@@ -145,7 +146,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
 }
 
 /// Partitions the request lists more than once: each of their entries is answered with
-/// INVALID_REQUEST and none is looked up, as Kafka does.
+/// INVALID_REQUEST and none is looked up, as Kafka does from v1 on.
 fn duplicate_partitions(request: &ListOffsetsRequest) -> std::collections::HashSet<(String, i32)> {
     let mut seen = std::collections::HashSet::new();
     let mut twice = std::collections::HashSet::new();
