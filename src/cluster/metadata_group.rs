@@ -89,6 +89,11 @@ impl TopicChange {
         Ok(())
     }
 
+    /// Decodes a change as the log holds it (JSON).
+    pub fn decode(bytes: &[u8]) -> Result<TopicChange, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("not a topic change: {e}"))
+    }
+
     /// [`TopicChange::validate`] with this node's settings (the same on every node).
     fn validate_on(&self, node: &Node) -> Result<(), String> {
         self.validate(node.config.topics.max_partitions, |n| node.brokers.contains_key(&n))
@@ -189,10 +194,8 @@ impl MetadataGroup {
     /// applied here. What does not decode (it may come from a peer) is refused before it reaches
     /// the log.
     pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
-        match serde_json::from_slice::<TopicChange>(&change) {
-            Ok(decoded) => decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?,
-            Err(e) => return Err(WriteError::Failed(format!("not a topic change: {e}"))),
-        }
+        let decoded = TopicChange::decode(&change).map_err(WriteError::Failed)?;
+        decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
             Ok(Ok(written)) => Ok(written.log_id),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to)))) => Err(WriteError::NotLeader(to.leader_id)),
@@ -419,7 +422,7 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
                 EntryPayload::Blank => persist(&self.node, Some(entry.log_id)),
                 EntryPayload::Normal(command) => {
                     // `write` lets only topic changes in; anything else is skipped alike everywhere.
-                    match serde_json::from_slice::<TopicChange>(command.payload()) {
+                    match TopicChange::decode(command.payload()) {
                         Ok(change) => apply_change(&self.node, change, Some(entry.log_id)).await,
                         Err(e) => {
                             tracing::error!(log_id = %entry.log_id, error = %e, "skipped an undecodable metadata entry")

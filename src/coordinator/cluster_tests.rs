@@ -472,3 +472,33 @@ fn only_the_leader_serves() {
         }
     });
 }
+
+/// A snapshot chunk that starts past what its snapshot has received (or continues a snapshot
+/// that is not being received) is refused before openraft would grow the snapshot's buffer to
+/// its offset; chunks in order are taken.
+#[test]
+fn a_snapshot_chunk_far_past_what_was_received_is_refused() {
+    local(async {
+        let cluster = Cluster::start().await;
+        let leader = cluster.serving(None).await;
+        let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
+        let election = cluster.runner(follower).election().unwrap().clone();
+        let leading = cluster.runner(leader).election().unwrap().raft().clone();
+        let vote = leading.metrics().borrow().vote;
+        let meta = openraft::SnapshotMeta { last_log_id: None, last_membership: Default::default(), snapshot_id: "hostile".into() };
+        let chunk = |offset: u64, done: bool| openraft::raft::InstallSnapshotRequest::<TypeConfig> {
+            vote,
+            meta: meta.clone(),
+            offset,
+            data: vec![0; 16],
+            done,
+        };
+        let refused = election.install_snapshot(chunk(1 << 40, false)).await;
+        assert!(matches!(refused, Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(_)))), "{refused:?}");
+        election.install_snapshot(chunk(0, false)).await.expect("a first chunk is taken");
+        election.install_snapshot(chunk(16, false)).await.expect("the next chunk is taken");
+        election.install_snapshot(chunk(16, false)).await.expect("a resent chunk is taken");
+        let refused = election.install_snapshot(chunk(1 << 40, false)).await;
+        assert!(matches!(refused, Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(_)))), "{refused:?}");
+    });
+}

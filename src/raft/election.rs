@@ -89,6 +89,8 @@ pub struct Election {
     last_attempt: Cell<Instant>,
     /// Cleared when the node is shutting down and hands its leadership over: it stands no more.
     standing: Cell<bool>,
+    /// The snapshot being received, and the offset its next chunk may start at, at most.
+    receiving: std::cell::RefCell<Option<(String, u64)>>,
 }
 
 impl std::fmt::Debug for Election {
@@ -125,6 +127,7 @@ impl Election {
             heard: Cell::new(if knows_leader { now } else { long_ago }),
             last_attempt: Cell::new(now),
             standing: Cell::new(true),
+            receiving: Default::default(),
         });
         if voters > 1 {
             election.raft.runtime_config().elect(false);
@@ -164,11 +167,26 @@ impl Election {
         answer
     }
 
-    /// A leader's snapshot chunk, handed to the group's Raft.
+    /// A leader's snapshot chunk, handed to the group's Raft. Chunks come in order (a resent
+    /// one may repeat what arrived): one that starts past what this snapshot has received, or
+    /// continues a snapshot that is not the one being received, is refused before openraft would
+    /// seek to it and grow the snapshot's buffer to that offset.
     pub async fn install_snapshot(
         &self,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        let id = &rpc.meta.snapshot_id;
+        let expected = match &*self.receiving.borrow() {
+            Some((receiving, next)) if receiving == id => *next,
+            _ => 0,
+        };
+        if rpc.offset > expected {
+            let segment = |offset| openraft::SnapshotSegmentId { id: id.clone(), offset };
+            let mismatch = openraft::error::SnapshotMismatch { expect: segment(expected), got: segment(rpc.offset) };
+            return Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(mismatch)));
+        }
+        let end = rpc.offset.saturating_add(rpc.data.len() as u64);
+        *self.receiving.borrow_mut() = (!rpc.done).then(|| (id.clone(), end.max(expected)));
         let leader_vote = rpc.vote;
         let answer = self.raft.install_snapshot(rpc).await;
         if matches!(&answer, Ok(r) if r.vote == leader_vote) {

@@ -385,35 +385,87 @@ async fn serve_peer(node: Arc<Node>, mut stream: TcpStream, peer: std::net::Sock
     let _ = writing.await;
 }
 
-/// Runs a request on the shard that owns its group.
+/// Runs a request on the shard that owns its group. The request is decoded and checked here,
+/// before it reaches any group.
 async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Result<Bytes, String> {
-    let kind = Kind::from_u8(kind).ok_or_else(|| format!("unknown request kind {kind}"))?;
+    let request = PeerRequest::decode(kind, &payload)?;
     let owner = match group {
         METADATA_GROUP => METADATA_SHARD,
         _ => *node.coordinator_shards.get(group as usize).ok_or_else(|| format!("no coordinator partition {group}"))?,
     };
-    node.mesh.run_on(owner, move |shard| handle(shard, group, kind, payload)).await.map_err(|e| e.to_string())?
+    node.mesh.run_on(owner, move |shard| handle(shard, group, request)).await.map_err(|e| e.to_string())?
+}
+
+/// A peer's request, decoded and checked.
+#[derive(Debug)]
+pub enum PeerRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    PreVote(Option<LogId>),
+    Elect,
+    /// A topic change for the metadata group's leader to write (checked again there).
+    Propose(Bytes),
+}
+
+impl PeerRequest {
+    /// Decodes the payload of a request of `kind`; refuses unknown kinds, payloads that do not
+    /// decode (or leave bytes over), and terms above [`MAX_TERM`].
+    pub fn decode(kind: u8, payload: &Bytes) -> Result<PeerRequest, String> {
+        let kind = Kind::from_u8(kind).ok_or_else(|| format!("unknown request kind {kind}"))?;
+        Ok(match kind {
+            Kind::AppendEntries => {
+                let rpc: AppendEntriesRequest<TypeConfig> = decode(payload)?;
+                check_term(&rpc.vote)?;
+                PeerRequest::AppendEntries(rpc)
+            }
+            Kind::Vote => {
+                let rpc: VoteRequest<NodeId> = decode(payload)?;
+                check_term(&rpc.vote)?;
+                PeerRequest::Vote(rpc)
+            }
+            Kind::InstallSnapshot => {
+                let rpc: InstallSnapshotRequest<TypeConfig> = decode(payload)?;
+                check_term(&rpc.vote)?;
+                PeerRequest::InstallSnapshot(rpc)
+            }
+            Kind::PreVote => PeerRequest::PreVote(decode(payload)?),
+            Kind::Elect => PeerRequest::Elect,
+            Kind::Propose => PeerRequest::Propose(payload.clone()),
+        })
+    }
 }
 
 /// Hands a request to the group's Raft; returns its `Result`, encoded.
-async fn handle(shard: Rc<Shard>, group: u32, kind: Kind, payload: Bytes) -> Result<Bytes, String> {
+async fn handle(shard: Rc<Shard>, group: u32, request: PeerRequest) -> Result<Bytes, String> {
     let election = if group == METADATA_GROUP {
         let metadata = shard.metadata().ok_or("the metadata group is not running here yet")?;
-        if kind == Kind::Propose {
-            return encode(&metadata.write(payload).await);
+        if let PeerRequest::Propose(change) = request {
+            return encode(&metadata.write(change).await);
         }
         metadata.election().clone()
     } else {
         let runner = shard.coordinator(group as i32).ok_or_else(|| format!("coordinator partition {group} is not running here yet"))?;
         runner.election().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?
     };
-    match kind {
-        Kind::AppendEntries => encode(&election.append_entries(decode(&payload)?).await),
-        Kind::Vote => encode(&election.vote(decode(&payload)?).await),
-        Kind::InstallSnapshot => encode(&election.install_snapshot(decode(&payload)?).await),
-        Kind::PreVote => encode(&election.pre_vote(decode(&payload)?)),
-        Kind::Elect => encode(&election.stand_now().await),
-        Kind::Propose => Err(format!("group {group} takes no proposals from peers")),
+    match request {
+        PeerRequest::AppendEntries(rpc) => encode(&election.append_entries(rpc).await),
+        PeerRequest::Vote(rpc) => encode(&election.vote(rpc).await),
+        PeerRequest::InstallSnapshot(rpc) => encode(&election.install_snapshot(rpc).await),
+        PeerRequest::PreVote(last) => encode(&election.pre_vote(last)),
+        PeerRequest::Elect => encode(&election.stand_now().await),
+        PeerRequest::Propose(_) => Err(format!("group {group} takes no proposals from peers")),
+    }
+}
+
+/// The highest term a peer may claim. Terms grow by one an election, so no real cluster gets
+/// near it; a term near `u64::MAX` would overflow at the next election.
+const MAX_TERM: u64 = u64::MAX >> 1;
+
+fn check_term(vote: &super::Vote) -> Result<(), String> {
+    match vote.leader_id.term {
+        term if term > MAX_TERM => Err(format!("refused a term of {term}: above {MAX_TERM}")),
+        _ => Ok(()),
     }
 }
 
@@ -421,8 +473,13 @@ fn encode<T: Serialize>(value: &T) -> Result<Bytes, String> {
     postcard::to_stdvec(value).map(Bytes::from).map_err(|e| format!("cannot encode: {e}"))
 }
 
+/// Decodes one whole message: bytes left over mean it was not what it claimed to be.
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    postcard::from_bytes(bytes).map_err(|e| format!("cannot decode: {e}"))
+    match postcard::take_from_bytes(bytes) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(format!("cannot decode: {} bytes after the message", rest.len())),
+        Err(e) => Err(format!("cannot decode: {e}")),
+    }
 }
 
 /// The Raft network of one group: RPCs go over the node's shared links.
