@@ -35,6 +35,11 @@ STOP_TIMEOUT_S = 30.0
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SERVING = re.compile(r"corral is serving kafka=(\S+):(\d+) admin=(\S+):(\d+)")
 
+# Every server runs under an address-space limit (what `prlimit --as` sets), so code that reserves
+# what a hostile length prefix claims fails the test instead of hiding behind lazy allocation.
+# CORRAL_E2E_ADDRESS_SPACE_BYTES=0 runs without it (e.g. under a sanitizer).
+ADDRESS_SPACE_BYTES = int(os.environ.get("CORRAL_E2E_ADDRESS_SPACE_BYTES", str(4 << 30)))
+
 # Every process started here, so that even an interrupted run leaves none behind.
 _LIVE: dict[int, subprocess.Popen] = {}
 
@@ -132,7 +137,13 @@ class CorralServer:
         ]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
-        return args + self.extra_args
+        args += self.extra_args
+        if ADDRESS_SPACE_BYTES > 0:
+            prlimit = shutil.which("prlimit")
+            assert prlimit, "prlimit (util-linux) is needed to run corral under an address-space limit"
+            # prlimit sets the limit on itself and execs corral: the PID stays corral's.
+            args = [prlimit, f"--as={ADDRESS_SPACE_BYTES}", "--", *args]
+        return args
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "CorralServer":
         """Starts the server and returns once /health/ready answers 200."""
