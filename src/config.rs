@@ -113,6 +113,7 @@ pub struct StorageConfig {
     pub retention_check_interval_ms: u64,
     pub flush_messages: u64,
     pub flush_ms: u64,
+    pub max_producer_states_per_partition: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -121,6 +122,8 @@ pub struct TopicsConfig {
     pub auto_create: bool,
     pub default_partitions: i32,
     pub max_partitions: i32,
+    /// Partitions of all replicated topics that one node may hold.
+    pub max_partitions_per_node: i32,
     pub defaults: TopicDefaults,
 }
 
@@ -196,6 +199,10 @@ pub struct GroupsConfig {
     pub min_session_timeout_ms: i32,
     pub max_session_timeout_ms: i32,
     pub max_size: i32,
+    /// Members of one classic group waiting to rejoin with the id MEMBER_ID_REQUIRED gave them.
+    pub max_pending_members: u32,
+    /// Groups (of every type, simple ones included) one coordinator partition holds.
+    pub max_groups_per_partition: u32,
     pub offset_metadata_max_bytes: u32,
     pub offsets_retention_minutes: u64,
     pub offsets_retention_check_interval_ms: u64,
@@ -210,6 +217,9 @@ pub struct GroupsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct TopicDefaults {
     pub segment_bytes: u64,
+    /// Every partition's segment size, below the 1 MiB minimum of `segment_bytes`: for tests that
+    /// need many segments (Kafka's `internal.segment.bytes`). Not in config/corral.toml.
+    pub internal_segment_bytes: Option<u64>,
     pub segment_ms: i64,
     pub retention_bytes: i64,
     pub retention_ms: i64,
@@ -251,13 +261,25 @@ impl Default for RuntimeConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { data_dir: PathBuf::from("./data"), retention_check_interval_ms: 300_000, flush_messages: 0, flush_ms: 0 }
+        StorageConfig {
+            data_dir: PathBuf::from("./data"),
+            retention_check_interval_ms: 300_000,
+            flush_messages: 0,
+            flush_ms: 0,
+            max_producer_states_per_partition: 10_000,
+        }
     }
 }
 
 impl Default for TopicsConfig {
     fn default() -> Self {
-        TopicsConfig { auto_create: true, default_partitions: 1, max_partitions: 10_000, defaults: TopicDefaults::default() }
+        TopicsConfig {
+            auto_create: true,
+            default_partitions: 1,
+            max_partitions: 10_000,
+            max_partitions_per_node: 100_000,
+            defaults: TopicDefaults::default(),
+        }
     }
 }
 
@@ -269,6 +291,8 @@ impl Default for GroupsConfig {
             min_session_timeout_ms: 6_000,
             max_session_timeout_ms: 1_800_000,
             max_size: i32::MAX,
+            max_pending_members: 20_000,
+            max_groups_per_partition: 20_000,
             offset_metadata_max_bytes: 4096,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
@@ -284,6 +308,7 @@ impl Default for TopicDefaults {
     fn default() -> Self {
         TopicDefaults {
             segment_bytes: 1024 * 1024 * 1024,
+            internal_segment_bytes: None,
             segment_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
             retention_ms: 7 * 24 * 3600 * 1000,
@@ -299,7 +324,7 @@ impl Default for TopicDefaults {
 const MIN_FRAME_BYTES: u32 = 1024;
 /// Kafka sizes are i32 on the wire; a frame larger than this cannot be expressed.
 const MAX_FRAME_BYTES: u32 = i32::MAX as u32;
-/// A segment must hold at least one maximal batch header plus some records.
+/// The smallest segment storage can work with (`internal_segment_bytes`): a batch header.
 const MIN_SEGMENT_BYTES: u64 = 14;
 /// Positions in Kafka's offset index are 32-bit.
 const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
@@ -398,12 +423,18 @@ impl Config {
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(invalid("storage.data_dir", "must not be empty"));
         }
+        if self.storage.max_producer_states_per_partition == 0 {
+            return Err(invalid("storage.max_producer_states_per_partition", "must be at least 1"));
+        }
         if self.storage.retention_check_interval_ms == 0 {
             return Err(invalid("storage.retention_check_interval_ms", "must be at least 1"));
         }
         let t = &self.topics;
         if t.max_partitions < 1 {
             return Err(invalid("topics.max_partitions", "must be at least 1"));
+        }
+        if t.max_partitions_per_node < 1 {
+            return Err(invalid("topics.max_partitions_per_node", "must be at least 1"));
         }
         if t.default_partitions < 1 || t.default_partitions > t.max_partitions {
             return Err(invalid(
@@ -439,6 +470,12 @@ impl Config {
         if g.consumer_max_size < 1 {
             return Err(invalid("groups.consumer_max_size", "must be at least 1"));
         }
+        if g.max_pending_members == 0 {
+            return Err(invalid("groups.max_pending_members", "must be at least 1"));
+        }
+        if g.max_groups_per_partition == 0 {
+            return Err(invalid("groups.max_groups_per_partition", "must be at least 1"));
+        }
         if g.consumer_assignors.is_empty() {
             return Err(invalid("groups.consumer_assignors", "must name at least one assignor"));
         }
@@ -446,10 +483,17 @@ impl Config {
             return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
         }
         let d = &t.defaults;
-        if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
+        let min = crate::cluster::topic_config::MIN_NEW_SEGMENT_BYTES;
+        if !(min..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
             return Err(invalid(
                 "topics.defaults.segment_bytes",
-                format!("must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, got {}", d.segment_bytes),
+                format!("must be between {min} and {MAX_SEGMENT_BYTES}, got {}", d.segment_bytes),
+            ));
+        }
+        if let Some(bytes) = d.internal_segment_bytes.filter(|b| !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(b)) {
+            return Err(invalid(
+                "topics.defaults.internal_segment_bytes",
+                format!("must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, got {bytes}"),
             ));
         }
         if d.segment_ms < 1 {
@@ -475,6 +519,8 @@ impl Config {
             max_session_timeout_ms: g.max_session_timeout_ms,
             initial_rebalance_delay_ms: g.initial_rebalance_delay_ms as i64,
             max_size: g.max_size as usize,
+            max_pending_members: g.max_pending_members as usize,
+            max_groups: g.max_groups_per_partition as usize,
             offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
             offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
             max_batch_bytes: self.topics.defaults.max_message_bytes as usize,

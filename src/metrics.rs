@@ -29,6 +29,8 @@ pub const CONNECTIONS_CLOSED: &str = "corral_connections_closed_total";
 pub const QUEUED_REQUEST_BYTES: &str = "corral_queued_request_bytes";
 pub const RAFT_PEERS_REFUSED: &str = "corral_raft_peer_connections_refused_total";
 pub const COORDINATOR_WRITES_REFUSED: &str = "corral_coordinator_writes_refused_total";
+pub const PRODUCER_STATES_EVICTED: &str = "corral_producer_states_evicted_total";
+pub const LIMITS_REACHED: &str = "corral_limits_reached_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -76,6 +78,11 @@ fn describe() {
     describe_counter!(
         COORDINATOR_WRITES_REFUSED,
         "Group writes refused before they were proposed: larger than one __consumer_offsets batch may be"
+    );
+    describe_counter!(LIMITS_REACHED, "Requests refused because they would pass a configured limit, by the limit's config key");
+    describe_counter!(
+        PRODUCER_STATES_EVICTED,
+        "Idempotent producers forgotten early because a partition tracked max_producer_states_per_partition others"
     );
 }
 
@@ -178,6 +185,16 @@ pub fn raft_peer_refused() {
 /// A group write too large for one `__consumer_offsets` batch, refused.
 pub fn coordinator_write_refused() {
     counter!(COORDINATOR_WRITES_REFUSED).increment(1);
+}
+
+/// A request refused by the limit `key` (its config key).
+pub fn limit_reached(key: &'static str) {
+    counter!(LIMITS_REACHED, "limit" => key).increment(1);
+}
+
+/// A partition's producer table was full: the producer that wrote least recently was forgotten.
+pub fn producer_state_evicted() {
+    counter!(PRODUCER_STATES_EVICTED).increment(1);
 }
 
 /// Decrements the open-connections gauge when dropped.

@@ -92,6 +92,7 @@ async fn create(shard: &Rc<Shard>, topic: CreatableTopic, validate_only: bool) -
         rf => return Err(TopicError::InvalidReplicationFactor(format!("replication factor: {rf} larger than available brokers: 1"))),
     }
     let config = TopicConfig::from_pairs(topic.configs.iter().map(|c| (&*c.name, c.value.as_deref())))?;
+    config.check_new_topic()?;
     let created = cluster::create_topic(shard, &topic.name.0, partitions, config.clone(), validate_only).await?;
     Ok((partitions, config, created.map_or(uuid::Uuid::nil(), |t| t.id)))
 }

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::{ApiEntry, Handled, HandlerResult};
 use crate::protocol::{RequestContext, RequestError};
 use crate::runtime::{Shard, ShardId};
-use crate::storage::{PartitionLog, StorageError};
+use crate::storage::{PartitionLog, StorageError, TimestampLookup};
 
 /// Served from v0 (below the codec's v1), so built by hand rather than with `api_entry!`.
 pub(crate) const ENTRY: ApiEntry = ApiEntry {
@@ -48,6 +48,8 @@ type Lookup = Result<Option<(i64, i64)>, LookupError>;
 enum LookupError {
     Storage(StorageError),
     NotHosted,
+    /// The blocking thread running the request's timestamp lookups failed.
+    Failed,
 }
 
 /// The request, and for v0 each partition's `max_num_offsets` in request order.
@@ -97,18 +99,19 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let reply = shard.node.mesh.call(&shard, target, move |owner| {
             list.into_iter()
                 .map(|(id, partition, ts)| match owner.partition(id, partition) {
-                    Some(p) if v0 => lookup_v0(&p.log.borrow(), ts).map_err(LookupError::Storage),
-                    Some(p) => lookup(&p.log.borrow(), ts).map_err(LookupError::Storage),
-                    None => Err(LookupError::NotHosted),
+                    Some(p) if v0 => plan_v0(&p.log.borrow(), ts),
+                    Some(p) => plan_lookup(&p.log.borrow(), ts),
+                    None => Planned::Done(Err(LookupError::NotHosted)),
                 })
-                .collect::<Vec<Lookup>>()
+                .collect::<Vec<Planned>>()
         });
         replies.insert(target, reply.await);
     }
-    let mut results: HashMap<ShardId, Vec<Lookup>> = HashMap::new();
+    let mut planned: Vec<(ShardId, Vec<Planned>)> = Vec::with_capacity(replies.len());
     for (target, reply) in replies {
-        results.insert(target, reply.await.unwrap_or_default());
+        planned.push((target, reply.await.unwrap_or_default()));
     }
+    let mut results = run_scans(planned).await;
 
     let mut topics = Vec::with_capacity(plan.len());
     for (name, parts) in plan {
@@ -117,9 +120,16 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             .map(|(index, slot)| {
                 let base = ListOffsetsPartitionResponse::default().with_partition_index(index).with_timestamp(-1).with_offset(-1);
                 let outcome = slot.and_then(|(target, pos)| {
-                    match results.get_mut(&target).and_then(|l| l.get_mut(pos)).map(|r| std::mem::replace(r, Err(LookupError::NotHosted))) {
+                    let answer = match results.as_mut() {
+                        Some(results) => {
+                            results.get_mut(&target).and_then(|l| l.get_mut(pos)).map(|r| std::mem::replace(r, Err(LookupError::NotHosted)))
+                        }
+                        None => Some(Err(LookupError::Failed)),
+                    };
+                    match answer {
                         Some(Ok(found)) => Ok(found),
                         Some(Err(LookupError::Storage(e))) => Err(e.error_code()),
+                        Some(Err(LookupError::Failed)) => Err(ResponseError::UnknownServerError),
                         Some(Err(LookupError::NotHosted)) | None => Err(ResponseError::UnknownTopicOrPartition),
                     }
                 });
@@ -161,15 +171,28 @@ fn duplicate_partitions(request: &ListOffsetsRequest) -> std::collections::HashS
     twice
 }
 
-/// `(offset, timestamp)` for a ListOffsets timestamp, or `None` when no record matches.
-fn lookup(log: &PartitionLog, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
+/// A partition's answer as its owning shard sees it: complete, or a timestamp lookup still to
+/// run (reads and decompression, kept off the shards: see [`TimestampLookup`]).
+#[derive(Debug)]
+enum Planned {
+    Done(Lookup),
+    /// `or_end`: the answer when nothing matches (v0 answers the log end offset).
+    Scan {
+        lookup: TimestampLookup,
+        or_end: Option<i64>,
+    },
+}
+
+/// What answers a ListOffsets timestamp: `(offset, timestamp)`, or `None` when no record matches.
+fn plan_lookup(log: &PartitionLog, timestamp: i64) -> Planned {
+    let scan = |lookup| Planned::Scan { lookup, or_end: None };
     match timestamp {
-        LATEST => Ok(Some((log.log_end_offset(), -1))),
-        EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset(), -1))),
-        MAX_TIMESTAMP => log.max_timestamp_record(),
+        LATEST => Planned::Done(Ok(Some((log.log_end_offset(), -1)))),
+        EARLIEST | EARLIEST_LOCAL => Planned::Done(Ok(Some((log.log_start_offset(), -1)))),
+        MAX_TIMESTAMP => scan(log.max_timestamp_lookup()),
         // No tiered storage: nothing is tiered.
-        LATEST_TIERED => Ok(None),
-        ts => log.offset_for_timestamp(ts),
+        LATEST_TIERED => Planned::Done(Ok(None)),
+        ts => scan(log.timestamp_lookup(ts)),
     }
 }
 
@@ -180,12 +203,46 @@ fn lookup(log: &PartitionLog, timestamp: i64) -> Result<Option<(i64, i64)>, Stor
 /// position corral does not track; corral answers with where the records at or after it begin:
 /// the offset newer versions give, or the log end offset when every record is older. A negative
 /// timestamp other than -1 and -2 matches nothing (as in Kafka).
-fn lookup_v0(log: &PartitionLog, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
+fn plan_v0(log: &PartitionLog, timestamp: i64) -> Planned {
     match timestamp {
-        LATEST => Ok(Some((log.log_end_offset(), -1))),
-        EARLIEST => Ok(Some((log.log_start_offset(), -1))),
-        ts if ts < 0 => Ok(None),
-        ts => Ok(Some((log.offset_for_timestamp(ts)?.map_or(log.log_end_offset(), |(offset, _)| offset), -1))),
+        LATEST => Planned::Done(Ok(Some((log.log_end_offset(), -1)))),
+        EARLIEST => Planned::Done(Ok(Some((log.log_start_offset(), -1)))),
+        ts if ts < 0 => Planned::Done(Ok(None)),
+        ts => Planned::Scan { lookup: log.timestamp_lookup(ts), or_end: Some(log.log_end_offset()) },
+    }
+}
+
+/// Runs every timestamp lookup of the request on one blocking thread and returns each shard's
+/// answers in its job order; `None` if that thread failed.
+async fn run_scans(planned: Vec<(ShardId, Vec<Planned>)>) -> Option<HashMap<ShardId, Vec<Lookup>>> {
+    let has_scans = planned.iter().any(|(_, list)| list.iter().any(|p| matches!(p, Planned::Scan { .. })));
+    let finish = move |planned: Vec<(ShardId, Vec<Planned>)>| -> HashMap<ShardId, Vec<Lookup>> {
+        planned
+            .into_iter()
+            .map(|(target, list)| {
+                let answers = list
+                    .into_iter()
+                    .map(|p| match p {
+                        Planned::Done(answer) => answer,
+                        Planned::Scan { lookup, or_end: None } => lookup.run().map_err(LookupError::Storage),
+                        Planned::Scan { lookup, or_end: Some(end) } => {
+                            lookup.run().map(|found| Some((found.map_or(end, |(offset, _)| offset), -1))).map_err(LookupError::Storage)
+                        }
+                    })
+                    .collect();
+                (target, answers)
+            })
+            .collect()
+    };
+    if !has_scans {
+        return Some(finish(planned));
+    }
+    match tokio::task::spawn_blocking(move || finish(planned)).await {
+        Ok(results) => Some(results),
+        Err(e) => {
+            tracing::error!(error = %e, "timestamp lookup failed");
+            None
+        }
     }
 }
 

@@ -146,6 +146,9 @@ fn append_all(owner: &Rc<Shard>, jobs: Vec<AppendJob>, now: i64) -> Vec<AppendRe
             if !info.duplicate {
                 owner.metrics.records_appended(info.records as u64);
             }
+            if info.producer_evicted {
+                crate::metrics::producer_state_evicted();
+            }
             Ok((info, durable))
         })
         .collect()

@@ -65,9 +65,10 @@ impl TopicChange {
     /// Checks a change against the rules its request was checked by, so a change that did not
     /// come from this code (a peer's bug, a hand-made entry) is refused when proposed and skipped
     /// alike on every node when applied: a valid name, not an internal topic, a partition count
-    /// within `topics.max_partitions`, every partition on a configured node, valid configs.
-    /// Whether the topic exists is the catalog's to say, when the change is applied.
-    pub fn validate(&self, max_partitions: i32, is_node: impl Fn(i32) -> bool) -> Result<(), String> {
+    /// within `topics.max_partitions`, every partition on a configured node and no node past
+    /// `topics.max_partitions_per_node` (`held` counts what a node holds of other topics), valid
+    /// configs. Whether the topic exists is the catalog's to say, when the change is applied.
+    pub fn validate(&self, limits: &PartitionLimits, is_node: impl Fn(i32) -> bool, held: impl Fn(i32) -> usize) -> Result<(), String> {
         let placement = match self {
             TopicChange::Create { name, config, placement, .. } => {
                 super::topic_config::validate_topic_name(name)?;
@@ -80,13 +81,14 @@ impl TopicChange {
             TopicChange::AddPartitions { placement, .. } => placement,
             TopicChange::Delete { .. } => return Ok(()),
         };
-        if placement.is_empty() || placement.len() > max_partitions.max(0) as usize {
-            return Err(format!("{} partitions; between 1 and {max_partitions} are allowed", placement.len()));
+        let max = limits.per_topic;
+        if placement.is_empty() || placement.len() > max.max(0) as usize {
+            return Err(format!("{} partitions; between 1 and {max} are allowed", placement.len()));
         }
         if let Some(stranger) = placement.iter().find(|&&n| !is_node(n)) {
             return Err(format!("a partition placed on node {stranger}, which is not in [cluster] nodes"));
         }
-        Ok(())
+        check_partitions_per_node(placement, held, limits.per_node)
     }
 
     /// Decodes a change as the log holds it (JSON).
@@ -94,10 +96,61 @@ impl TopicChange {
         serde_json::from_slice(bytes).map_err(|e| format!("not a topic change: {e}"))
     }
 
-    /// [`TopicChange::validate`] with this node's settings (the same on every node).
-    fn validate_on(&self, node: &Node) -> Result<(), String> {
-        self.validate(node.config.topics.max_partitions, |n| node.brokers.contains_key(&n))
+    /// [`TopicChange::validate`] with this node's settings (the same on every node) and its
+    /// catalog (the same on every node at the same point of the log).
+    pub(crate) fn validate_on(&self, node: &Node) -> Result<(), String> {
+        let held = partitions_per_node(&node.catalog, self.topic_id());
+        self.validate(&PartitionLimits::of(node), |n| node.brokers.contains_key(&n), |n| held.get(&n).copied().unwrap_or(0))
     }
+
+    fn topic_id(&self) -> Uuid {
+        match self {
+            TopicChange::Create { id, .. } | TopicChange::AddPartitions { id, .. } | TopicChange::Delete { id } => *id,
+        }
+    }
+}
+
+/// The partition limits every topic change is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionLimits {
+    /// `topics.max_partitions`.
+    pub per_topic: i32,
+    /// `topics.max_partitions_per_node`.
+    pub per_node: i32,
+}
+
+impl PartitionLimits {
+    pub fn of(node: &Node) -> PartitionLimits {
+        PartitionLimits { per_topic: node.config.topics.max_partitions, per_node: node.config.topics.max_partitions_per_node }
+    }
+}
+
+/// Refuses a topic's `placement` when a node would hold more than `max` partitions with it
+/// (`held`: what the node holds of other topics).
+pub(crate) fn check_partitions_per_node(placement: &[i32], held: impl Fn(i32) -> usize, max: i32) -> Result<(), String> {
+    let mut here: BTreeMap<i32, usize> = BTreeMap::new();
+    for &node in placement {
+        *here.entry(node).or_default() += 1;
+    }
+    for (node, count) in here {
+        let total = held(node) + count;
+        if total > max.max(0) as usize {
+            return Err(format!("node {node} would hold {total} partitions, more than topics.max_partitions_per_node ({max})"));
+        }
+    }
+    Ok(())
+}
+
+/// Partitions each node holds of the replicated topics other than `except` (internal topics
+/// are every node's own and do not count).
+pub(crate) fn partitions_per_node(catalog: &super::catalog::Catalog, except: Uuid) -> BTreeMap<i32, usize> {
+    let mut held = BTreeMap::new();
+    for topic in catalog.replicated().into_iter().filter(|t| t.id != except) {
+        for node in topic.placement {
+            *held.entry(node).or_default() += 1;
+        }
+    }
+    held
 }
 
 /// Why a topic change was not made. Travels back to the node that forwarded it.
@@ -523,20 +576,34 @@ mod tests {
     #[test]
     fn a_replicated_change_is_checked_as_its_request_was() {
         let nodes = |n: i32| (0..3).contains(&n);
-        assert_eq!(create("orders", vec![0, 1, 2]).validate(10, nodes), Ok(()));
+        let limits = PartitionLimits { per_topic: 10, per_node: 100 };
+        let none = |_: i32| 0;
+        assert_eq!(create("orders", vec![0, 1, 2]).validate(&limits, nodes, none), Ok(()));
         for bad in ["../x", "", "..", "a/b", "__consumer_offsets"] {
-            assert!(create(bad, vec![0]).validate(10, nodes).is_err(), "{bad:?} accepted");
+            assert!(create(bad, vec![0]).validate(&limits, nodes, none).is_err(), "{bad:?} accepted");
         }
-        assert!(create("t", vec![]).validate(10, nodes).is_err(), "no partitions");
-        assert!(create("t", vec![0; 11]).validate(10, nodes).is_err(), "over topics.max_partitions");
-        assert!(create("t", vec![0, 7]).validate(10, nodes).is_err(), "a partition on an unknown node");
+        assert!(create("t", vec![]).validate(&limits, nodes, none).is_err(), "no partitions");
+        assert!(create("t", vec![0; 11]).validate(&limits, nodes, none).is_err(), "over topics.max_partitions");
+        assert!(create("t", vec![0, 7]).validate(&limits, nodes, none).is_err(), "a partition on an unknown node");
         let config = TopicConfig::from_pairs([("retention.ms", Some("1000"))]).unwrap();
         let mut bad_config: serde_json::Value = serde_json::to_value(&config).unwrap();
         bad_config["retention.ms"] = "soon".into();
         let config: TopicConfig = serde_json::from_value(bad_config).unwrap();
         let change = TopicChange::Create { name: "t".into(), id: Uuid::nil(), config, placement: vec![0] };
-        assert!(change.validate(10, nodes).is_err(), "an invalid config value");
-        assert!(TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 9] }.validate(10, nodes).is_err());
-        assert_eq!(TopicChange::Delete { id: Uuid::nil() }.validate(10, nodes), Ok(()));
+        assert!(change.validate(&limits, nodes, none).is_err(), "an invalid config value");
+        assert!(TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 9] }.validate(&limits, nodes, none).is_err());
+        assert_eq!(TopicChange::Delete { id: Uuid::nil() }.validate(&limits, nodes, none), Ok(()));
+    }
+
+    #[test]
+    fn no_node_holds_more_than_its_partition_budget() {
+        let nodes = |n: i32| (0..3).contains(&n);
+        let limits = PartitionLimits { per_topic: 10, per_node: 100 };
+        let held = |n: i32| if n == 1 { 98 } else { 0 };
+        assert_eq!(create("t", vec![0, 1, 2, 1]).validate(&limits, nodes, held), Ok(()), "node 1 at exactly 100");
+        let refused = create("t", vec![1, 1, 1]).validate(&limits, nodes, held).unwrap_err();
+        assert!(refused.contains("node 1 would hold 101 partitions"), "{refused}");
+        let grow = TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 1, 1, 1] };
+        assert!(grow.validate(&limits, nodes, held).is_err());
     }
 }

@@ -59,6 +59,9 @@ pub enum TopicError {
     InvalidPartitions(String),
     #[error("{0}")]
     InvalidReplicationFactor(String),
+    /// A limit of this deployment (`topics.max_partitions_per_node`).
+    #[error("{0}")]
+    PolicyViolation(String),
     #[error("{0}")]
     InvalidReplicaAssignment(String),
     #[error(transparent)]
@@ -84,6 +87,7 @@ impl TopicError {
             TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
             TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            TopicError::PolicyViolation(_) => ResponseError::PolicyViolation,
             TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
@@ -106,6 +110,16 @@ pub fn check_partition_count(shard: &Shard, count: i32) -> Result<(), TopicError
     Ok(())
 }
 
+/// Refuses a topic's placement that takes a node past `topics.max_partitions_per_node`.
+fn check_node_budget(node: &Node, topic: uuid::Uuid, placement: &[i32]) -> Result<(), TopicError> {
+    let held = metadata_group::partitions_per_node(&node.catalog, topic);
+    let max = node.config.topics.max_partitions_per_node;
+    metadata_group::check_partitions_per_node(placement, |n| held.get(&n).copied().unwrap_or(0), max).map_err(|e| {
+        crate::metrics::limit_reached("topics.max_partitions_per_node");
+        TopicError::PolicyViolation(e)
+    })
+}
+
 /// Creates a topic: validates it, then has the metadata group create it on every node. With
 /// `validate_only` nothing is changed.
 pub async fn create_topic(
@@ -122,11 +136,12 @@ pub async fn create_topic(
     if node.catalog.get(name).is_some() {
         return Err(TopicError::AlreadyExists(name.to_string()));
     }
+    let id = uuid::Uuid::new_v4();
+    let placement = metadata_group::place(node, id, 0..partitions);
+    check_node_budget(node, id, &placement)?;
     if validate_only {
         return Ok(None);
     }
-    let id = uuid::Uuid::new_v4();
-    let placement = metadata_group::place(node, id, 0..partitions);
     propose(node, TopicChange::Create { name: name.to_string(), id, config, placement }).await?;
     match node.catalog.get(name) {
         Some(topic) if topic.id == id => Ok(Some(topic)),
@@ -150,11 +165,12 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
         )));
     }
     check_partition_count(shard, count)?;
+    let mut placement = topic.placement();
+    placement.extend(metadata_group::place(node, topic.id, current..count));
+    check_node_budget(node, topic.id, &placement)?;
     if validate_only {
         return Ok(());
     }
-    let mut placement = topic.placement();
-    placement.extend(metadata_group::place(node, topic.id, current..count));
     propose(node, TopicChange::AddPartitions { id: topic.id, placement }).await?;
     match node.catalog.get_by_id(topic.id) {
         Some(grown) if grown.partitions.len() as i32 >= count => Ok(()),
@@ -202,7 +218,7 @@ fn open_partition(owner: &Rc<Shard>, topic: &Topic, index: i32) -> Result<(), St
     if dir.exists() {
         discard_dir(&dir)?;
     }
-    let config = topic.config.log_config(&node.config.topics.defaults);
+    let config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
     let log = PartitionLog::create(&dir, config, now_ms())?;
     let meta = topic.partition(index).expect("partition exists");
     owner.add_partition(topic.id, index, Partition::new(log, meta.end_offset.clone(), node.config.storage.flush_messages));

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::TopicDefaults;
+use crate::config::{StorageConfig, TopicDefaults};
 use crate::storage::LogConfig;
 
 /// How a config value came to be, as DescribeConfigs reports it.
@@ -107,6 +107,9 @@ pub enum TopicConfigError {
     InvalidValue { key: String, value: String, reason: &'static str },
 }
 
+/// Kafka 4's smallest `segment.bytes` (and `log.segment.bytes`): 1 MiB.
+pub const MIN_NEW_SEGMENT_BYTES: u64 = 1024 * 1024;
+
 /// A topic's explicitly set configs (name → value). Everything else comes from defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
@@ -143,6 +146,19 @@ impl TopicConfig {
         TopicConfig::from_pairs(self.overrides.iter().map(|(k, v)| (k.as_str(), Some(v.as_str())))).map(|_| ())
     }
 
+    /// Kafka 4's minimums for a topic created now: `segment.bytes` at least 1 MiB (KIP-1030).
+    /// Changes already in the metadata log were checked by [`TopicConfig::validate`] alone and stay
+    /// valid, so a log written before the minimum replays the same.
+    pub fn check_new_topic(&self) -> Result<(), TopicConfigError> {
+        if let Some(value) = self.overrides.get("segment.bytes") {
+            if value.trim().parse::<i64>().is_ok_and(|n| n < MIN_NEW_SEGMENT_BYTES as i64) {
+                let reason = "must be at least 1048576 (Kafka 4's minimum)";
+                return Err(TopicConfigError::InvalidValue { key: "segment.bytes".into(), value: value.clone(), reason });
+            }
+        }
+        Ok(())
+    }
+
     /// `__consumer_offsets`: compacted by the coordinator itself (never deleted by retention),
     /// 100 MiB segments as Kafka's `offsets.topic.segment.bytes`.
     pub fn internal_offsets() -> TopicConfig {
@@ -151,15 +167,18 @@ impl TopicConfig {
     }
 
     /// The storage settings of a partition of this topic.
-    pub fn log_config(&self, defaults: &TopicDefaults) -> LogConfig {
+    pub fn log_config(&self, defaults: &TopicDefaults, storage: &StorageConfig) -> LogConfig {
         let get = |name: &str| self.overrides.get(name).and_then(|v| v.parse::<i64>().ok());
         LogConfig {
-            segment_bytes: get("segment.bytes").map_or(defaults.segment_bytes, |v| v as u64),
+            segment_bytes: defaults
+                .internal_segment_bytes
+                .unwrap_or_else(|| get("segment.bytes").map_or(defaults.segment_bytes, |v| v as u64)),
             segment_ms: get("segment.ms").unwrap_or(defaults.segment_ms),
             retention_bytes: get("retention.bytes").unwrap_or(defaults.retention_bytes),
             retention_ms: get("retention.ms").unwrap_or(defaults.retention_ms),
             index_interval_bytes: get("index.interval.bytes").map_or(defaults.index_interval_bytes, |v| v as u32),
             max_message_bytes: get("max.message.bytes").map_or(defaults.max_message_bytes, |v| v as u32),
+            max_producer_states: storage.max_producer_states_per_partition,
         }
     }
 
@@ -268,7 +287,7 @@ mod tests {
     fn overrides_and_defaults() {
         let d = TopicDefaults::default();
         let c = TopicConfig::from_pairs([("retention.ms", Some("1000")), ("segment.bytes", Some("2048")), ("flush.ms", None)]).unwrap();
-        let log = c.log_config(&d);
+        let log = c.log_config(&d, &crate::config::StorageConfig::default());
         assert_eq!(log.retention_ms, 1000);
         assert_eq!(log.segment_bytes, 2048);
         assert_eq!(log.max_message_bytes, d.max_message_bytes);

@@ -58,12 +58,16 @@ impl CoordinatorState {
             let records = self.delete_consumer_group(&request.group_id);
             self.out.append(records, Continuation::Nothing);
         }
-        let cfg = &self.config;
-        let out = &mut self.out;
         let created = !self.groups.contains_key(&request.group_id);
         if created && !request.member_id.is_empty() {
-            return out.reply(token, Response::Join(JoinResult::error(ResponseError::UnknownMemberId, &request.member_id)));
+            return self.out.reply(token, Response::Join(JoinResult::error(ResponseError::UnknownMemberId, &request.member_id)));
         }
+        // (An empty consumer group of this id, deleted above, no longer counts.)
+        if created && !self.may_create_group() {
+            return self.out.reply(token, Response::Join(JoinResult::error(ResponseError::ThrottlingQuotaExceeded, &request.member_id)));
+        }
+        let cfg = &self.config;
+        let out = &mut self.out;
         let group = self.groups.entry(request.group_id.clone()).or_insert_with(|| ClassicGroup::new(request.group_id.clone(), now));
         if !accepts_joining_member(group, &request.member_id, cfg.max_size) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::GroupMaxSizeReached, "")));
@@ -405,6 +409,10 @@ fn join_new_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig
             Some(old_id) => replace_static_member(group, out, cfg, now, request, token, old_id, member_id),
             None => add_member_and_rebalance(group, out, cfg, now, &request, member_id, token),
         },
+        None if request.version >= 4 && group.pending_members.len() >= cfg.max_pending_members => {
+            crate::metrics::limit_reached("groups.max_pending_members");
+            out.reply(token, Response::Join(JoinResult::error(ResponseError::GroupMaxSizeReached, "")));
+        }
         None if request.version >= 4 => {
             // KIP-394: hand out the id first; the member joins with it.
             let deadline = now + request.session_timeout_ms as i64;

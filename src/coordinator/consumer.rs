@@ -383,6 +383,12 @@ impl CoordinatorState {
                 }
                 self.groups.remove(&r.group_id);
                 self.out.append(vec![GroupRecord::Group { group: r.group_id.clone(), value: None }], Continuation::Nothing);
+            } else if !self.may_create_group() {
+                let max = self.config.max_groups;
+                return Err((
+                    ResponseError::ThrottlingQuotaExceeded,
+                    format!("This coordinator partition holds {max} groups (groups.max_groups_per_partition)."),
+                ));
             }
             self.consumer_groups.insert(r.group_id.clone(), ConsumerGroup::new(r.group_id.clone(), now));
         }

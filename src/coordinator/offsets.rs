@@ -115,6 +115,9 @@ impl CoordinatorState {
         let Some(group) = self.groups.get_mut(&r.group_id) else {
             if r.generation < 0 {
                 // A commit from outside any group (assign() users, admin tools): a simple group.
+                if !self.may_create_group() {
+                    return Err(ResponseError::ThrottlingQuotaExceeded);
+                }
                 self.groups.insert(r.group_id.clone(), ClassicGroup::new(r.group_id.clone(), now));
                 return Ok(());
             }

@@ -18,6 +18,7 @@ pub(super) fn open_partition(dir: &std::path::Path) -> Rc<Partition> {
         retention_ms: -1,
         index_interval_bytes: 4096,
         max_message_bytes: 1_048_588,
+        max_producer_states: 10_000,
     };
     let config = super::offsets_log_config(config);
     let (log, _) = PartitionLog::open(dir, config, false, crate::clock::now_ms()).unwrap();

@@ -40,6 +40,10 @@ pub struct GroupConfig {
     pub max_session_timeout_ms: i32,
     pub initial_rebalance_delay_ms: i64,
     pub max_size: usize,
+    /// `groups.max_pending_members`.
+    pub max_pending_members: usize,
+    /// `groups.max_groups_per_partition`: groups of every type on this coordinator partition.
+    pub max_groups: usize,
     pub offset_metadata_max_bytes: usize,
     pub offsets_retention_ms: i64,
     /// How long a new member may take to complete its first join (KAFKA-7610; Kafka: 5 min).
@@ -56,6 +60,8 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 1_800_000,
             initial_rebalance_delay_ms: 3_000,
             max_size: i32::MAX as usize,
+            max_pending_members: 20_000,
+            max_groups: 20_000,
             offset_metadata_max_bytes: 4096,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             new_member_join_timeout_ms: 300_000,
@@ -277,6 +283,16 @@ impl CoordinatorState {
             offsets: HashMap::new(),
             out: Outbox::default(),
         }
+    }
+
+    /// Whether another group may be created here (`groups.max_groups_per_partition`). Replaying
+    /// the log never asks: what was written stays.
+    pub(crate) fn may_create_group(&self) -> bool {
+        let room = self.groups.len() + self.consumer_groups.len() < self.config.max_groups;
+        if !room {
+            crate::metrics::limit_reached("groups.max_groups_per_partition");
+        }
+        room
     }
 
     /// Applies one record read back from the log (partition load).

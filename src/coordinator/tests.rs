@@ -480,6 +480,35 @@ fn group_max_size() {
 }
 
 #[test]
+fn pending_members_are_bounded() {
+    let mut h = Harness::with(GroupConfig { max_pending_members: 2, initial_rebalance_delay_ms: DELAY, ..GroupConfig::default() });
+    for _ in 0..2 {
+        let t = h.join("g", "", None, 4);
+        assert_eq!(h.join_reply(t).error, ResponseError::MemberIdRequired.code());
+    }
+    let t = h.join("g", "", None, 4);
+    assert_eq!(h.join_reply(t).error, ResponseError::GroupMaxSizeReached.code());
+    assert_eq!(h.join_reply(t).member_id, "");
+    // Another group is not affected.
+    let t = h.join("other", "", None, 4);
+    assert_eq!(h.join_reply(t).error, ResponseError::MemberIdRequired.code());
+}
+
+#[test]
+fn groups_per_partition_are_bounded() {
+    let mut h = Harness::with(GroupConfig { max_groups: 2, initial_rebalance_delay_ms: DELAY, ..GroupConfig::default() });
+    h.stable_single("a");
+    assert_eq!(h.commit("simple", "", -1, 8, &[("t", 0, 5)]), vec![0]);
+    let t = h.join("c", "", None, 4);
+    assert_eq!(h.join_reply(t).error, ResponseError::ThrottlingQuotaExceeded.code());
+    assert_eq!(h.commit("simple-2", "", -1, 8, &[("t", 0, 5)]), vec![ResponseError::ThrottlingQuotaExceeded.code()]);
+    // The groups that exist keep working.
+    assert_eq!(h.commit("simple", "", -1, 8, &[("t", 0, 6)]), vec![0]);
+    let t = h.join("a", "", None, 4);
+    assert_eq!(h.join_reply(t).error, ResponseError::MemberIdRequired.code());
+}
+
+#[test]
 fn sync_errors() {
     let mut h = Harness::new();
     let t = h.sync("missing", "m", 1, vec![]);

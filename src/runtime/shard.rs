@@ -89,7 +89,7 @@ impl Shard {
                     continue;
                 }
                 let dir = node.partition_dir(&topic.name, index as i32);
-                let mut config = topic.config.log_config(&node.config.topics.defaults);
+                let mut config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
                 if topic.name == crate::cluster::OFFSETS_TOPIC {
                     config = crate::coordinator::offsets_log_config(config);
                 }

@@ -14,6 +14,7 @@ use crate::record_batch::{self, BatchHeader};
 
 use super::producer_state::{ProducerStates, SequenceCheck};
 use super::segment::{self, Recovery, Segment};
+use super::timestamp_scan::TimestampLookup;
 use super::{FileSlice, LogConfig, StorageError};
 
 /// How long producer state is kept without writes (Kafka's `producer.id.expiration.ms`).
@@ -32,6 +33,8 @@ pub struct AppendInfo {
     pub duplicate: bool,
     /// Records in the batch.
     pub records: u32,
+    /// The batch's producer took the place of another in a full producer table.
+    pub producer_evicted: bool,
 }
 
 /// Result of a read: the bytes to send and the offsets a fetch response reports.
@@ -174,7 +177,9 @@ impl PartitionLog {
     fn rebuild_producer_states(&self, now_ms: i64) -> io::Result<ProducerStates> {
         let mut states = ProducerStates::default();
         for segment in self.segments.values() {
-            segment.for_each_batch(|h| states.record(h, now_ms))?;
+            segment.for_each_batch(|h| {
+                states.record(h, now_ms, self.config.max_producer_states);
+            })?;
         }
         Ok(states)
     }
@@ -232,6 +237,7 @@ impl PartitionLog {
                     log_start_offset: self.log_start_offset(),
                     duplicate: true,
                     records: header.records_count as u32,
+                    producer_evicted: false,
                 });
             }
         }
@@ -245,9 +251,15 @@ impl PartitionLog {
         head[8..12].copy_from_slice(&batch[8..12]);
         head[12..16].copy_from_slice(&header.partition_leader_epoch.to_be_bytes());
         self.active_mut().append(&header, &head, &batch[16..])?;
-        self.producers.record(&header, now_ms);
+        let producer_evicted = self.producers.record(&header, now_ms, self.config.max_producer_states);
         self.unflushed_messages += header.records_count as u64;
-        Ok(AppendInfo { base_offset, log_start_offset: self.log_start_offset(), duplicate: false, records: header.records_count as u32 })
+        Ok(AppendInfo {
+            base_offset,
+            log_start_offset: self.log_start_offset(),
+            duplicate: false,
+            records: header.records_count as u32,
+            producer_evicted,
+        })
     }
 
     /// Starts a new segment when the active one is full, spans more than segment.ms, or cannot
@@ -311,25 +323,16 @@ impl PartitionLog {
         Ok(info)
     }
 
-    /// First record with a timestamp at or after `timestamp`: `(offset, timestamp)`.
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
-        for segment in self.segments.values() {
-            if segment.max_timestamp >= timestamp {
-                if let Some(found) = segment.find_timestamp(timestamp)? {
-                    return Ok(Some(found));
-                }
-            }
-        }
-        Ok(None)
+    /// The lookup of the first record with a timestamp at or after `timestamp`, to run off the
+    /// shard thread ([`TimestampLookup::run`] gives `(offset, timestamp)`).
+    pub fn timestamp_lookup(&self, timestamp: i64) -> TimestampLookup {
+        TimestampLookup { scans: self.segments.values().filter_map(|s| s.timestamp_scan(timestamp)).collect() }
     }
 
-    /// The record with the largest timestamp in the log (ListOffsets MAX_TIMESTAMP).
-    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, StorageError> {
+    /// The lookup of the record with the largest timestamp in the log (ListOffsets MAX_TIMESTAMP).
+    pub fn max_timestamp_lookup(&self) -> TimestampLookup {
         let best = self.segments.values().filter(|s| s.max_timestamp >= 0).max_by_key(|s| (s.max_timestamp, -s.base_offset));
-        match best {
-            Some(segment) => Ok(segment.max_timestamp_record()?),
-            None => Ok(None),
-        }
+        TimestampLookup { scans: best.and_then(|s| s.max_timestamp_scan()).into_iter().collect() }
     }
 
     /// Deletes the oldest segments that are past `retention.ms` or beyond `retention.bytes`.

@@ -20,6 +20,7 @@ pub mod log;
 pub mod partition;
 mod producer_state;
 mod segment;
+mod timestamp_scan;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use error::StorageError;
 pub use log::{AppendInfo, OpenReport, PartitionLog, ReadInfo, RetentionReport};
 pub use partition::Partition;
 pub use producer_state::SequenceError;
+pub use timestamp_scan::TimestampLookup;
 
 /// A byte range of a segment file: what a fetch sends with sendfile(2).
 ///
@@ -49,6 +51,8 @@ pub struct LogConfig {
     pub retention_ms: i64,
     pub index_interval_bytes: u32,
     pub max_message_bytes: u32,
+    /// Idempotent producers tracked per partition (`storage.max_producer_states_per_partition`).
+    pub max_producer_states: usize,
 }
 
 #[cfg(test)]

@@ -83,10 +83,20 @@ impl ProducerStates {
         }
     }
 
-    /// Records a batch that was written (at append, and when rebuilding from the log).
-    pub(crate) fn record(&mut self, h: &BatchHeader, now_ms: i64) {
+    /// Records a batch that was written (at append, and when rebuilding from the log). A
+    /// producer new to a partition that already tracks `max` producers takes the place of the one
+    /// that wrote least recently, as if that one's state had expired early: the id is the client's
+    /// choice, so the table must not grow with what a client invents. Returns whether one was.
+    pub(crate) fn record(&mut self, h: &BatchHeader, now_ms: i64, max: usize) -> bool {
         if !h.has_producer_id() {
-            return;
+            return false;
+        }
+        let mut evicted = false;
+        if self.producers.len() >= max.max(1) && !self.producers.contains_key(&h.producer_id) {
+            if let Some(oldest) = self.producers.iter().min_by_key(|(id, e)| (e.last_write_ms, **id)).map(|(id, _)| *id) {
+                self.producers.remove(&oldest);
+                evicted = true;
+            }
         }
         let entry = self.producers.entry(h.producer_id).or_insert_with(|| ProducerEntry {
             epoch: h.producer_epoch,
@@ -102,6 +112,7 @@ impl ProducerStates {
         }
         entry.batches.push_back(CachedBatch { first_seq: h.base_sequence, last_seq: h.last_sequence(), base_offset: h.base_offset });
         entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        evicted
     }
 
     /// Forgets producers that have not written for `expiration_ms`.
@@ -149,16 +160,16 @@ mod tests {
         let mut s = ProducerStates::default();
         let b0 = header(1, 0, 0, 3, 0);
         assert_eq!(s.check(&b0), Ok(SequenceCheck::Append));
-        s.record(&b0, 0);
+        s.record(&b0, 0, usize::MAX);
         let b1 = header(1, 0, 3, 2, 3);
         assert_eq!(s.check(&b1), Ok(SequenceCheck::Append));
-        s.record(&b1, 0);
+        s.record(&b1, 0, usize::MAX);
         // Retry of the first batch: duplicate, original offset.
         assert_eq!(s.check(&header(1, 0, 0, 3, 99)), Ok(SequenceCheck::Duplicate { base_offset: 0 }));
         // A gap.
         assert!(matches!(s.check(&header(1, 0, 9, 1, 99)), Err(SequenceError::OutOfOrder { last: 4, got: 9, .. })));
         // Older epoch is fenced.
-        s.record(&header(1, 2, 0, 1, 5), 0);
+        s.record(&header(1, 2, 0, 1, 5), 0, usize::MAX);
         assert!(matches!(s.check(&header(1, 1, 1, 1, 99)), Err(SequenceError::FencedEpoch { current: 2, .. })));
         // Newer epoch must restart at 0.
         assert!(s.check(&header(1, 3, 5, 1, 99)).is_err());
@@ -169,7 +180,7 @@ mod tests {
     fn only_five_batches_are_remembered() {
         let mut s = ProducerStates::default();
         for i in 0..6 {
-            s.record(&header(7, 0, i, 1, i as i64), 0);
+            s.record(&header(7, 0, i, 1, i as i64), 0, usize::MAX);
         }
         assert_eq!(s.check(&header(7, 0, 5, 1, 0)), Ok(SequenceCheck::Duplicate { base_offset: 5 }));
         assert_eq!(s.check(&header(7, 0, 1, 1, 0)), Ok(SequenceCheck::Duplicate { base_offset: 1 }));
@@ -182,16 +193,30 @@ mod tests {
         let mut s = ProducerStates::default();
         let h = header(3, 0, i32::MAX, 1, 0);
         assert_eq!(s.check(&h), Ok(SequenceCheck::Append));
-        s.record(&h, 0);
+        s.record(&h, 0, usize::MAX);
         assert_eq!(s.check(&header(3, 0, 0, 1, 1)), Ok(SequenceCheck::Append));
     }
 
     #[test]
     fn expiry() {
         let mut s = ProducerStates::default();
-        s.record(&header(1, 0, 0, 1, 0), 1000);
-        s.record(&header(2, 0, 0, 1, 1), 5000);
+        s.record(&header(1, 0, 0, 1, 0), 1000, usize::MAX);
+        s.record(&header(2, 0, 0, 1, 1), 5000, usize::MAX);
         s.expire(6000, 2000);
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_producer_that_wrote_least_recently() {
+        let mut s = ProducerStates::default();
+        for (id, at) in [(1, 300), (2, 100), (3, 200)] {
+            assert!(!s.record(&header(id, 0, 0, 1, id), at, 3));
+        }
+        // A known producer never evicts.
+        assert!(!s.record(&header(1, 0, 1, 1, 10), 400, 3));
+        assert!(s.record(&header(4, 0, 0, 1, 11), 500, 3), "a fourth producer takes a place");
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.check(&header(2, 0, 5, 1, 12)), Ok(SequenceCheck::Append), "producer 2 (oldest) was forgotten");
+        assert!(s.check(&header(3, 0, 5, 1, 12)).is_err(), "producer 3 is still tracked");
     }
 }

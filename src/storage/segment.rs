@@ -9,9 +9,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::record_batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::record_batch::{self, BatchHeader};
 
 use super::index::{IndexLoad, OffsetIndex, TimeIndex};
+use super::timestamp_scan::{self, Target, TimestampScan};
 use super::FileSlice;
 
 pub(crate) fn file_name(base_offset: i64, ext: &str) -> String {
@@ -189,12 +190,7 @@ impl Segment {
     /// Reads and parses the batch header at `position`, or `None` when the bytes there cannot be
     /// a batch (past the end, too short, wrong magic).
     fn read_header(&self, position: u64, limit: u64) -> io::Result<Option<BatchHeader>> {
-        if position + HEADER_LEN as u64 > limit {
-            return Ok(None);
-        }
-        let mut head = [0u8; HEADER_LEN];
-        self.log.read_exact_at(&mut head, position)?;
-        Ok(BatchHeader::parse(&head).ok().filter(|h| h.batch_length >= (HEADER_LEN - LOG_OVERHEAD) as i32))
+        timestamp_scan::read_header(&self.log, position, limit)
     }
 
     fn batch_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
@@ -298,44 +294,23 @@ impl Segment {
         Ok(Some((FileSlice { file: self.log.clone(), position: found.position, len }, first_len.min(available))))
     }
 
-    /// The first record with a timestamp at or after `timestamp`: `(offset, timestamp)`.
-    pub(crate) fn find_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, super::StorageError> {
+    /// The scan that finds the first record with a timestamp at or after `timestamp`, `None` when
+    /// every record here is older.
+    pub(crate) fn timestamp_scan(&self, timestamp: i64) -> Option<TimestampScan> {
         if self.max_timestamp < timestamp {
-            return Ok(None);
+            return None;
         }
-        let start = self.time_index.lookup(timestamp);
-        let Some(mut at) = self.find_batch(start)? else { return Ok(None) };
-        loop {
-            if at.header.max_timestamp >= timestamp {
-                let records = self.record_timestamps(&at)?;
-                if let Some(&(off, ts)) = records.iter().find(|&&(off, ts)| ts >= timestamp && off >= start) {
-                    return Ok(Some((off, ts)));
-                }
-            }
-            let next = at.position + at.header.total_len() as u64;
-            match self.batch_at(next)? {
-                Some(header) => at = BatchPosition { position: next, header },
-                None => return Ok(None),
-            }
-        }
+        Some(self.scan_from(self.time_index.lookup(timestamp), Target::AtOrAfter(timestamp)))
     }
 
-    /// The record holding this segment's largest timestamp: `(offset, timestamp)`.
-    pub(crate) fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, super::StorageError> {
-        if self.max_timestamp < 0 {
-            return Ok(None);
-        }
-        let Some(at) = self.find_batch(self.offset_of_max_timestamp)? else { return Ok(None) };
-        let records = self.record_timestamps(&at)?;
-        Ok(records.into_iter().find(|&(_, ts)| ts == self.max_timestamp).or(Some((at.header.last_offset(), self.max_timestamp))))
+    /// The scan that finds the record holding this segment's largest timestamp.
+    pub(crate) fn max_timestamp_scan(&self) -> Option<TimestampScan> {
+        (self.max_timestamp >= 0).then(|| self.scan_from(self.offset_of_max_timestamp, Target::Max(self.max_timestamp)))
     }
 
-    /// A batch whose records cannot be looked inside (see [`crate::decompress`]) is the batch's
-    /// error, not the disk's.
-    fn record_timestamps(&self, at: &BatchPosition) -> Result<Vec<(i64, i64)>, super::StorageError> {
-        let mut buf = vec![0u8; at.header.total_len()];
-        self.log.read_exact_at(&mut buf, at.position)?;
-        Ok(record_batch::record_timestamps(&buf)?)
+    fn scan_from(&self, from_offset: i64, target: Target) -> TimestampScan {
+        let (_, position) = self.index.lookup(from_offset);
+        TimestampScan { log: self.log.clone(), position: position as u64, size: self.size, from_offset, target }
     }
 
     /// Calls `f` with the header of every batch, in order (producer-state rebuild).

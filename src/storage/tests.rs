@@ -18,6 +18,7 @@ fn config() -> LogConfig {
         retention_ms: -1,
         index_interval_bytes: 4096,
         max_message_bytes: 1 << 20,
+        max_producer_states: 10_000,
     }
 }
 
@@ -97,11 +98,11 @@ fn index_lookups_across_many_batches() {
         assert_eq!(offsets, vec![target - target % 2], "target {target}");
     }
     // Timestamps: batch i holds records at i*10 and i*10+1.
-    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 0)));
-    assert_eq!(log.offset_for_timestamp(2001).unwrap(), Some((401, 2001)));
-    assert_eq!(log.offset_for_timestamp(2002).unwrap(), Some((402, 2010)));
-    assert_eq!(log.offset_for_timestamp(10_000).unwrap(), None);
-    assert_eq!(log.max_timestamp_record().unwrap(), Some((999, 4991)));
+    assert_eq!(log.timestamp_lookup(0).run().unwrap(), Some((0, 0)));
+    assert_eq!(log.timestamp_lookup(2001).run().unwrap(), Some((401, 2001)));
+    assert_eq!(log.timestamp_lookup(2002).run().unwrap(), Some((402, 2010)));
+    assert_eq!(log.timestamp_lookup(10_000).run().unwrap(), None);
+    assert_eq!(log.max_timestamp_lookup().run().unwrap(), Some((999, 4991)));
 }
 
 #[test]
@@ -110,9 +111,9 @@ fn timestamps_inside_compressed_batches() {
     let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
     log.append(&batch(10, Codec::Zstd, None, 100), 0).unwrap();
     log.append(&batch(10, Codec::Lz4, None, 200), 0).unwrap();
-    assert_eq!(log.offset_for_timestamp(105).unwrap(), Some((5, 105)));
-    assert_eq!(log.offset_for_timestamp(150).unwrap(), Some((10, 200)));
-    assert_eq!(log.max_timestamp_record().unwrap(), Some((19, 209)));
+    assert_eq!(log.timestamp_lookup(105).run().unwrap(), Some((5, 105)));
+    assert_eq!(log.timestamp_lookup(150).run().unwrap(), Some((10, 200)));
+    assert_eq!(log.max_timestamp_lookup().run().unwrap(), Some((19, 209)));
 }
 
 #[test]
@@ -264,7 +265,7 @@ fn clean_reopen_keeps_everything() {
     assert_eq!(log.log_end_offset(), 30);
     let read = log.read(13, 1 << 20, true).unwrap();
     assert_eq!(batch_offsets(&slice_bytes(read.slice.as_ref().unwrap()))[0], 12);
-    assert_eq!(log.max_timestamp_record().unwrap().map(|r| r.1), Some(52));
+    assert_eq!(log.max_timestamp_lookup().run().unwrap().map(|r| r.1), Some(52));
 }
 
 #[test]

@@ -93,9 +93,12 @@ def record_batch(
     base_timestamp: int | None = None,
     codec: int = 0,
     claimed_count: int | None = None,
+    producer: tuple[int, int, int] | None = None,
 ) -> bytes:
-    """A v2 batch, non-idempotent (producer id -1), base offset 0: uncompressed, or with
-    `codec=GZIP` gzip-compressed; `claimed_count` overrides the record count the header states."""
+    """A v2 batch at base offset 0: uncompressed, or with `codec=GZIP` gzip-compressed;
+    `claimed_count` overrides the record count the header states; `producer` is the idempotent
+    producer's (id, epoch, base sequence), none (-1) by default."""
+    producer_id, epoch, sequence = producer or (-1, -1, -1)
     ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
     body = bytearray()
     for delta, (key, value) in enumerate(records):
@@ -112,9 +115,9 @@ def record_batch(
         + i32(count - 1)  # last offset delta
         + i64(ts)
         + i64(ts)
-        + i64(-1)  # producer id
-        + i16(-1)  # producer epoch
-        + i32(-1)  # base sequence
+        + i64(producer_id)
+        + i16(epoch)
+        + i32(sequence)
         + i32(count)
         + bytes(body)
     )

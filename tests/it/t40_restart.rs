@@ -10,7 +10,7 @@ use crate::requests::{batch, batch_offsets, create_topic, fetch, produce};
 fn records_topics_and_producer_state_survive_a_clean_restart() {
     let dir = tempfile::tempdir().unwrap();
     let small_segments = |c: &mut corral::config::Config| {
-        c.topics.defaults.segment_bytes = 4096;
+        c.topics.defaults.internal_segment_bytes = Some(4096);
         c.storage.flush_messages = 1;
     };
     let server = TestServer::start_in(dir.path(), small_segments);
