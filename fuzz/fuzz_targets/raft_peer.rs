@@ -17,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = corral::raft::transport::PeerRequest::decode(data[12], &Bytes::copy_from_slice(&data[13..]));
     }
     if let Ok(change) = corral::cluster::metadata_group::TopicChange::decode(data) {
-        let _ = change.validate(10_000, |node| (0..3).contains(&node));
+        let limits = corral::cluster::metadata_group::PartitionLimits { per_topic: 10_000, per_node: 100_000 };
+        let _ = change.validate(&limits, |node| (0..3).contains(&node), |node| node.clamp(0, 2) as usize * 40_000);
     }
 });
