@@ -321,6 +321,17 @@ def corral(corral_factory) -> CorralServer:
 
 
 @pytest.fixture
+def cluster(corral_factory, request):
+    """Three nodes on this machine without fault-injecting relays (cluster.py); a test file that
+    needs another shape defines its own `cluster`."""
+    from cluster import Cluster  # cluster.py imports this module
+
+    c = Cluster(corral_factory, size=3, relays=False)
+    request.addfinalizer(c.close)
+    return c.start()
+
+
+@pytest.fixture
 def topic_name(request) -> str:
     """A topic name unique to this test (and to this run)."""
     import uuid

@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import struct
 
-import pytest
-
 import kafkawire as kw
-from cluster import Cluster
 
 API_INIT_PRODUCER_ID = 22
-
-
-@pytest.fixture
-def cluster(corral_factory, request):
-    c = Cluster(corral_factory, size=3, relays=False)
-    request.addfinalizer(c.close)
-    return c.start()
 
 
 def init_producer_id(port: int, corr: int) -> int:

@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
@@ -23,13 +22,6 @@ from kafkawire import Conn, fetch_v4, parse_fetch_v4, parse_produce_v3, produce_
 
 NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
-
-
-@pytest.fixture
-def cluster(corral_factory, request):
-    c = Cluster(corral_factory, size=3, relays=False)
-    request.addfinalizer(c.close)
-    return c.start()
 
 
 def controller(cluster: Cluster, among: list[int] | None = None, timeout: float = 30.0) -> int:

@@ -18,22 +18,13 @@ import socket
 import struct
 import uuid
 
-import pytest
-
 import clients
-from cluster import CLUSTER_SECRET, Cluster, simple_commit
+from cluster import CLUSTER_SECRET, simple_commit
 
 MAGIC = b"CRA1"
 KIND_APPEND_ENTRIES, KIND_VOTE, KIND_PROPOSE = 1, 2, 4
 METADATA_GROUP = 0xFFFFFFFF
 REFUSED = "corral_raft_peer_connections_refused_total"
-
-
-@pytest.fixture
-def cluster(corral_factory, request):
-    c = Cluster(corral_factory, size=3, relays=False)
-    request.addfinalizer(c.close)
-    return c.start()
 
 
 def raft_frame(req_id: int, group: int, kind: int, payload: bytes) -> bytes:
