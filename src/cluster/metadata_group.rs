@@ -249,6 +249,10 @@ impl MetadataGroup {
     pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
         let decoded = TopicChange::decode(&change).map_err(WriteError::Failed)?;
         decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
+        // A new topic meets today's minimums too (entries already in the log are only validated).
+        if let TopicChange::Create { config, .. } = &decoded {
+            config.check_new_topic().map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
+        }
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
             Ok(Ok(written)) => Ok(written.log_id),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to)))) => Err(WriteError::NotLeader(to.leader_id)),
