@@ -31,9 +31,14 @@ pub const RAFT_PEERS_REFUSED: &str = "corral_raft_peer_connections_refused_total
 pub const COORDINATOR_WRITES_REFUSED: &str = "corral_coordinator_writes_refused_total";
 pub const PRODUCER_STATES_EVICTED: &str = "corral_producer_states_evicted_total";
 pub const LIMITS_REACHED: &str = "corral_limits_reached_total";
+pub const REBALANCES: &str = "corral_rebalances_total";
+pub const REBALANCE_DURATION: &str = "corral_rebalance_duration_seconds";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Rebalance buckets, seconds: from a single member's rejoin to a large group's slow sync.
+const REBALANCE_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -43,6 +48,8 @@ pub fn install() -> PrometheusHandle {
         .get_or_init(|| {
             let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.to_string()), LATENCY_BUCKETS)
+                .expect("buckets are not empty")
+                .set_buckets_for_metric(Matcher::Full(REBALANCE_DURATION.to_string()), REBALANCE_BUCKETS)
                 .expect("buckets are not empty")
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
@@ -78,6 +85,12 @@ fn describe() {
     describe_counter!(
         COORDINATOR_WRITES_REFUSED,
         "Group writes refused before they were proposed: larger than one __consumer_offsets batch may be"
+    );
+    describe_counter!(REBALANCES, "Rebalances completed, by group protocol (kind) and what started them (trigger)");
+    describe_histogram!(
+        REBALANCE_DURATION,
+        Unit::Seconds,
+        "Time from a rebalance's start until every member held its assignment, by group protocol"
     );
     describe_counter!(LIMITS_REACHED, "Requests refused because they would pass a configured limit, by the limit's config key");
     describe_counter!(
@@ -185,6 +198,12 @@ pub fn raft_peer_refused() {
 /// A group write too large for one `__consumer_offsets` batch, refused.
 pub fn coordinator_write_refused() {
     counter!(COORDINATOR_WRITES_REFUSED).increment(1);
+}
+
+/// A rebalance of a `kind` group, started by `trigger`, ended after `total_ms`.
+pub fn rebalance_completed(kind: &'static str, trigger: &'static str, total_ms: i64) {
+    counter!(REBALANCES, "kind" => kind, "trigger" => trigger).increment(1);
+    histogram!(REBALANCE_DURATION, "kind" => kind).record(total_ms.max(0) as f64 / 1000.0);
 }
 
 /// A request refused by the limit `key` (its config key).

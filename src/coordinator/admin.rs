@@ -120,7 +120,7 @@ impl CoordinatorState {
                         records.push(GroupRecord::Offset { group: id.clone(), topic, partition, value: None });
                     }
                     records.push(GroupRecord::Group { group: id.clone(), value: None });
-                    g.transition(GroupState::Dead, now);
+                    super::classic::set_state(&mut g, &mut self.out, GroupState::Dead, now);
                     NONE
                 }
             };

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
+use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
     Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest, SyncResult,
@@ -178,7 +179,9 @@ impl CoordinatorState {
                         touch_session(&id, member, out, now);
                     }
                 }
-                group.transition(GroupState::Stable, now);
+                set_state(group, out, GroupState::Stable, now);
+                let (generation, members) = (group.generation, group.members.len());
+                out.event(now, GroupEvent::Stabilized { group: group.id.clone(), kind: GroupKind::Classic, generation, members });
             }
             Some(e) => {
                 let id = group.id.clone();
@@ -189,7 +192,7 @@ impl CoordinatorState {
                         touch_session(&id, member, out, now);
                     }
                 }
-                prepare_rebalance(group, out, cfg, now);
+                prepare_rebalance(group, out, cfg, now, RebalanceCause::AssignmentNotStored);
             }
         }
     }
@@ -244,14 +247,14 @@ impl CoordinatorState {
             return LeaveResult { error: code, members: vec![code; members.len()] };
         }
         let mut codes = Vec::with_capacity(members.len());
-        let mut left = false;
+        let mut leavers = Vec::new();
         let mut pending_left = false;
         for (member_id, instance_id) in members {
             let code = if member_id.is_empty() {
                 match instance_id.as_ref().and_then(|i| group.static_members.get(i)).cloned() {
                     Some(id) => {
-                        remove_member_answering(group, out, &id);
-                        left = true;
+                        remove_member_answering(group, out, &id, now, Departure::Left);
+                        leavers.push(id);
                         NONE
                     }
                     None => ResponseError::UnknownMemberId.code(),
@@ -263,17 +266,19 @@ impl CoordinatorState {
                 match validate_member(group, member_id, instance_id.as_deref()) {
                     Err(e) => e.code(),
                     Ok(()) => {
-                        remove_member_answering(group, out, member_id);
-                        left = true;
+                        remove_member_answering(group, out, member_id, now, Departure::Left);
+                        leavers.push(member_id.clone());
                         NONE
                     }
                 }
             };
             codes.push(code);
         }
-        if left {
+        if !leavers.is_empty() {
             match group.state {
-                GroupState::Stable | GroupState::CompletingRebalance => prepare_rebalance(group, out, cfg, now),
+                GroupState::Stable | GroupState::CompletingRebalance => {
+                    prepare_rebalance(group, out, cfg, now, RebalanceCause::MemberLeft { members: leavers })
+                }
                 GroupState::PreparingRebalance => maybe_complete_join(group, out, cfg, now, false),
                 GroupState::Empty | GroupState::Dead => {}
             }
@@ -312,10 +317,10 @@ impl CoordinatorState {
                     g.sync_deadline = None;
                     let laggards: Vec<String> = g.pending_sync.iter().cloned().collect();
                     if !laggards.is_empty() {
-                        for id in laggards {
-                            remove_member_answering(g, out, &id);
+                        for id in &laggards {
+                            remove_member_answering(g, out, id, now, Departure::RebalanceTimeout);
                         }
-                        prepare_rebalance(g, out, cfg, now);
+                        prepare_rebalance(g, out, cfg, now, RebalanceCause::RebalanceTimeout { members: laggards });
                     }
                 }
             }
@@ -456,7 +461,12 @@ fn join_existing_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupC
         }
         GroupState::CompletingRebalance | GroupState::Stable => {
             update_member(group, out, &request, token);
-            prepare_rebalance(group, out, cfg, now);
+            let cause = if same {
+                RebalanceCause::LeaderRejoined { member: member_id }
+            } else {
+                RebalanceCause::MetadataChanged { member: member_id }
+            };
+            prepare_rebalance(group, out, cfg, now, cause);
         }
         GroupState::Empty | GroupState::Dead => fail(out, ResponseError::UnknownMemberId),
     }
@@ -539,9 +549,13 @@ fn add_member_and_rebalance(
     if group.is(GroupState::PreparingRebalance) && matches!(group.join_phase, JoinPhase::Initial { .. }) {
         group.new_member_added = true;
     }
-    out.timer(TimerKey::Session { group: group.id.clone(), member: member_id }, deadline);
+    out.timer(TimerKey::Session { group: group.id.clone(), member: member_id.clone() }, deadline);
+    out.event(now, GroupEvent::MemberJoined { group: group.id.clone(), kind: GroupKind::Classic, member: member_id.clone() });
     match group.state {
-        GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance => prepare_rebalance(group, out, cfg, now),
+        GroupState::Empty => prepare_rebalance(group, out, cfg, now, RebalanceCause::GroupCreated { member: member_id }),
+        GroupState::Stable | GroupState::CompletingRebalance => {
+            prepare_rebalance(group, out, cfg, now, RebalanceCause::MemberJoined { member: member_id })
+        }
         _ => maybe_complete_join(group, out, cfg, now, false),
     }
 }
@@ -576,7 +590,12 @@ fn replace_static_member(
     let id = group.id.clone();
     touch_session(&id, &mut member, out, now);
     let instance = request.instance_id.clone().expect("static member");
-    group.static_members.insert(instance, new_id.clone());
+    group.static_members.insert(instance.clone(), new_id.clone());
+    out.event(
+        now,
+        GroupEvent::MemberRemoved { group: id.clone(), kind: GroupKind::Classic, member: old_id.clone(), departure: Departure::Replaced },
+    );
+    out.event(now, GroupEvent::MemberJoined { group: id.clone(), kind: GroupKind::Classic, member: new_id.clone() });
     group.members.insert(new_id.clone(), member);
     if old_leader.as_deref() == Some(old_id.as_str()) || group.leader.is_none() {
         group.leader = Some(new_id.clone());
@@ -624,7 +643,7 @@ fn replace_static_member(
                 );
             } else {
                 park(group, &new_id, token, joined.version);
-                prepare_rebalance(group, out, cfg, now);
+                prepare_rebalance(group, out, cfg, now, RebalanceCause::StaticMemberReplaced { instance, member: new_id });
             }
         }
         GroupState::PreparingRebalance => {
@@ -634,7 +653,7 @@ fn replace_static_member(
         GroupState::CompletingRebalance | GroupState::Empty | GroupState::Dead => {
             // The leader may be computing an assignment keyed by the old id: rebalance.
             update_member(group, out, &joined, token);
-            prepare_rebalance(group, out, cfg, now);
+            prepare_rebalance(group, out, cfg, now, RebalanceCause::StaticMemberReplaced { instance, member: new_id });
         }
     }
 }
@@ -645,8 +664,11 @@ fn park(group: &mut ClassicGroup, member_id: &str, token: Token, version: i16) {
     }
 }
 
-/// Starts a rebalance (§3.2): clears a half-finished sync, arms the join timer.
-pub(crate) fn prepare_rebalance(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig, now: i64) {
+/// Starts a rebalance (§3.2): clears a half-finished sync, arms the join timer. Every caller
+/// says why.
+pub(crate) fn prepare_rebalance(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig, now: i64, cause: RebalanceCause) {
+    let (generation, members) = (group.generation, cause.members_before(group.members.len()));
+    out.event(now, GroupEvent::RebalanceStarted { group: group.id.clone(), kind: GroupKind::Classic, cause, generation, members });
     if group.is(GroupState::CompletingRebalance) {
         let id = group.id.clone();
         for member in group.members.values_mut() {
@@ -670,7 +692,7 @@ pub(crate) fn prepare_rebalance(group: &mut ClassicGroup, out: &mut Outbox, cfg:
         now + group.rebalance_timeout_ms()
     };
     group.join_deadline = Some(deadline);
-    group.transition(GroupState::PreparingRebalance, now);
+    set_state(group, out, GroupState::PreparingRebalance, now);
     out.timer(TimerKey::Join { group: group.id.clone() }, deadline);
     // A non-initial rebalance in which everyone has already joined completes at once.
     maybe_complete_join(group, out, cfg, now, false);
@@ -707,7 +729,7 @@ fn complete_join(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig, 
     let absent: Vec<String> =
         group.members.values().filter(|m| m.awaiting_join.is_none() && m.instance_id.is_none()).map(|m| m.id.clone()).collect();
     for id in absent {
-        remove_member_answering(group, out, &id);
+        remove_member_answering(group, out, &id, now, Departure::NotRejoined);
     }
     if group.is(GroupState::Dead) {
         return;
@@ -728,14 +750,16 @@ fn complete_join(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig, 
     if group.members.is_empty() {
         group.protocol_name = None;
         group.leader = None;
-        group.transition(GroupState::Empty, now);
+        set_state(group, out, GroupState::Empty, now);
         group.update_subscribed_topics();
+        out.event(now, GroupEvent::JoinCompleted { group: group.id.clone(), generation: group.generation, members: 0 });
         out.append(vec![CoordinatorState::group_record(group, None)], Continuation::Nothing);
         return;
     }
     group.protocol_name = group.select_protocol();
     group.update_subscribed_topics();
-    group.transition(GroupState::CompletingRebalance, now);
+    set_state(group, out, GroupState::CompletingRebalance, now);
+    out.event(now, GroupEvent::JoinCompleted { group: group.id.clone(), generation: group.generation, members: group.members.len() });
     let leader = group.leader.clone().unwrap_or_default();
     let members = member_list(group);
     let id = group.id.clone();
@@ -782,23 +806,38 @@ fn expire_session(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig,
         member.session_deadline = None;
         return;
     }
-    remove_member_answering(group, out, member_id);
+    remove_member_answering(group, out, member_id, now, Departure::SessionTimeout);
     match group.state {
-        GroupState::Stable | GroupState::CompletingRebalance => prepare_rebalance(group, out, cfg, now),
+        GroupState::Stable | GroupState::CompletingRebalance => {
+            prepare_rebalance(group, out, cfg, now, RebalanceCause::SessionTimeout { member: member_id.to_string() })
+        }
         GroupState::PreparingRebalance => maybe_complete_join(group, out, cfg, now, true),
         GroupState::Empty | GroupState::Dead => {}
     }
 }
 
 /// Removes a member, answering its parked requests with UNKNOWN_MEMBER_ID.
-fn remove_member_answering(group: &mut ClassicGroup, out: &mut Outbox, member_id: &str) {
+fn remove_member_answering(group: &mut ClassicGroup, out: &mut Outbox, member_id: &str, now: i64, departure: Departure) {
     if let Some(member) = group.remove_member(member_id) {
+        out.event(
+            now,
+            GroupEvent::MemberRemoved { group: group.id.clone(), kind: GroupKind::Classic, member: member.id.clone(), departure },
+        );
         if let Some(parked) = member.awaiting_join {
             out.reply(parked.token, Response::Join(JoinResult::error(ResponseError::UnknownMemberId, "")));
         }
         if let Some(token) = member.awaiting_sync {
             out.reply(token, Response::Sync(SyncResult::error(ResponseError::UnknownMemberId)));
         }
+    }
+}
+
+/// Moves a group to `to` and says so.
+pub(crate) fn set_state(group: &mut ClassicGroup, out: &mut Outbox, to: GroupState, now: i64) {
+    let from = group.state;
+    group.transition(to, now);
+    if from != to {
+        out.event(now, GroupEvent::StateChanged { group: group.id.clone(), from, to });
     }
 }
 

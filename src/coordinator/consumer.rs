@@ -15,9 +15,10 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{Assignor, MemberSpec};
+use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
 use super::group::GroupState;
 use super::records::{ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
-use super::state::{Continuation, CoordinatorState, TimerKey};
+use super::state::{Continuation, CoordinatorState, Outbox, TimerKey};
 
 const NONE: i16 = 0;
 
@@ -149,6 +150,9 @@ pub struct ConsumerGroup {
     /// to date; `None` after membership or subscriptions changed.
     pub topics_checked: Option<u64>,
     pub state_timestamp: i64,
+    /// The group epoch at which every member last held its target (an event said so); a rebalance
+    /// is in progress while it differs from `group_epoch`.
+    converged_epoch: i32,
 }
 
 impl ConsumerGroup {
@@ -165,7 +169,19 @@ impl ConsumerGroup {
             resolved_regex: HashMap::new(),
             topics_checked: None,
             state_timestamp: now,
+            converged_epoch: 0,
         }
+    }
+
+    /// Says so once the rebalance in progress is over: every member at the target epoch, or no
+    /// member left.
+    fn note_convergence(&mut self, out: &mut Outbox, now: i64) {
+        if self.converged_epoch == self.group_epoch || !matches!(self.state_name(), "Stable" | "Empty") {
+            return;
+        }
+        self.converged_epoch = self.group_epoch;
+        let (generation, members) = (self.group_epoch, self.members.len());
+        out.event(now, GroupEvent::Stabilized { group: self.id.clone(), kind: GroupKind::Consumer, generation, members });
     }
 
     /// Empty / Assigning / Reconciling / Stable, as ListGroups and ConsumerGroupDescribe name them.
@@ -424,6 +440,8 @@ impl CoordinatorState {
                     // The new incarnation takes the old one's place and partitions.
                     let mut old = group.members.shift_remove(&owner).expect("mapped member exists");
                     records.extend(member_tombstones(&group.id, &owner));
+                    let (kind, departure) = (GroupKind::Consumer, Departure::Replaced);
+                    self.out.event(now, GroupEvent::MemberRemoved { group: group.id.clone(), kind, member: owner.clone(), departure });
                     let target = group.target.remove(&owner).unwrap_or_default();
                     group.target.insert(member_id.clone(), target);
                     old.id = member_id.clone();
@@ -482,6 +500,7 @@ impl CoordinatorState {
         let rejoining = r.member_epoch == 0 && known && !replaced_static;
         let mut metadata_changed = !known || replaced_static;
         let mut bump = false;
+        let mut subscription_changed = false;
         if let Some(names) = &r.subscribed_names {
             let mut names = names.clone();
             names.sort();
@@ -489,7 +508,7 @@ impl CoordinatorState {
             if names != member.subscribed_names {
                 member.subscribed_names = names;
                 metadata_changed = true;
-                bump = true;
+                subscription_changed = true;
             }
         }
         if let Some(regex) = &r.subscribed_regex {
@@ -497,9 +516,10 @@ impl CoordinatorState {
             if regex != member.subscribed_regex {
                 member.subscribed_regex = regex;
                 metadata_changed = true;
-                bump = true;
+                subscription_changed = true;
             }
         }
+        bump |= subscription_changed;
         if r.rebalance_timeout_ms != -1 && r.rebalance_timeout_ms != member.rebalance_timeout_ms {
             member.rebalance_timeout_ms = r.rebalance_timeout_ms;
             metadata_changed = true;
@@ -557,9 +577,25 @@ impl CoordinatorState {
             }
             group.topics_checked = Some(topics_version);
         }
+        if !known {
+            self.out.event(now, GroupEvent::MemberJoined { group: group.id.clone(), kind: GroupKind::Consumer, member: member_id.clone() });
+        }
         if bump || group.group_epoch == 0 {
+            let member = member_id.clone();
+            let cause = match &r.instance_id {
+                _ if group.group_epoch == 0 => RebalanceCause::GroupCreated { member },
+                Some(instance) if replaced_static => RebalanceCause::StaticMemberReplaced { instance: instance.clone(), member },
+                _ if !known => RebalanceCause::MemberJoined { member },
+                _ if subscription_changed => RebalanceCause::MetadataChanged { member },
+                _ => RebalanceCause::TopicsChanged,
+            };
             group.group_epoch += 1;
             records.push(GroupRecord::ConsumerGroup { group: group.id.clone(), epoch: Some(group.group_epoch) });
+            let (generation, members) = (group.group_epoch, cause.members_before(group.members.len()));
+            self.out.event(
+                now,
+                GroupEvent::RebalanceStarted { group: group.id.clone(), kind: GroupKind::Consumer, cause, generation, members },
+            );
         }
 
         // 5. A new target assignment when its inputs moved.
@@ -579,6 +615,8 @@ impl CoordinatorState {
                 value: Some(member.current()),
             });
         }
+
+        group.note_convergence(&mut self.out, now);
 
         // 7. The session.
         let member = group.members.get_mut(&member_id).expect("present");
@@ -653,12 +691,12 @@ impl CoordinatorState {
             );
             return answer(STATIC_LEAVE_EPOCH);
         }
-        self.remove_consumer_member(now, &r.group_id.clone(), &member_id);
+        self.remove_consumer_member(now, &r.group_id.clone(), &member_id, Departure::Left);
         answer(LEAVE_EPOCH)
     }
 
     /// Removes (fences) a member: its partitions are released and the group epoch moves.
-    pub(crate) fn remove_consumer_member(&mut self, now: i64, group_id: &str, member_id: &str) {
+    pub(crate) fn remove_consumer_member(&mut self, now: i64, group_id: &str, member_id: &str, departure: Departure) {
         let Some(group) = self.consumer_groups.get_mut(group_id) else { return };
         let Some(member) = group.members.shift_remove(member_id) else { return };
         if let Some(instance) = &member.instance_id {
@@ -674,6 +712,17 @@ impl CoordinatorState {
         group.state_timestamp = now;
         let mut records = member_tombstones(group_id, member_id);
         records.push(GroupRecord::ConsumerGroup { group: group_id.to_string(), epoch: Some(group.group_epoch) });
+        let kind = GroupKind::Consumer;
+        self.out.event(now, GroupEvent::MemberRemoved { group: group_id.to_string(), kind, member: member_id.to_string(), departure });
+        let member = member_id.to_string();
+        let cause = match departure {
+            Departure::SessionTimeout => RebalanceCause::SessionTimeout { member },
+            Departure::RebalanceTimeout => RebalanceCause::RebalanceTimeout { members: vec![member] },
+            _ => RebalanceCause::MemberLeft { members: vec![member] },
+        };
+        let (generation, members) = (group.group_epoch, cause.members_before(group.members.len()));
+        self.out.event(now, GroupEvent::RebalanceStarted { group: group_id.to_string(), kind, cause, generation, members });
+        group.note_convergence(&mut self.out, now);
         self.out.append(records, Continuation::Nothing);
     }
 
@@ -689,7 +738,8 @@ impl CoordinatorState {
         match deadline {
             Some(d) if d <= now => {
                 tracing::info!(group = %group_id, member = %member_id, reason = if rebalance { "rebalance timeout" } else { "session timeout" }, "fencing consumer group member");
-                self.remove_consumer_member(now, &group_id.clone(), &member_id.clone());
+                let departure = if rebalance { Departure::RebalanceTimeout } else { Departure::SessionTimeout };
+                self.remove_consumer_member(now, &group_id.clone(), &member_id.clone(), departure);
             }
             Some(d) => {
                 // Moved since: look again then.

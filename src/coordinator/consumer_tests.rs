@@ -6,6 +6,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::consumer::{ConsumerGroupConfig, ConsumerHeartbeat, HeartbeatAnswer, TopicView};
+use super::events::RebalanceCause;
 use super::records::{GroupRecord, TopicPartitions};
 use super::state::{CoordinatorState, Effect, GroupConfig, TimerKey};
 
@@ -48,6 +49,7 @@ struct Harness {
     /// What each member believes it owns (as a client would track it).
     owned: HashMap<String, TopicPartitions>,
     epochs: HashMap<String, i32>,
+    events: Vec<(i64, super::events::GroupEvent)>,
 }
 
 impl Harness {
@@ -61,7 +63,14 @@ impl Harness {
             log: Vec::new(),
             owned: HashMap::new(),
             epochs: HashMap::new(),
+            events: Vec::new(),
         }
+    }
+
+    /// The rebalances that ended so far, as the shell sums them up.
+    fn rebalances(&self) -> Vec<super::rebalances::RebalanceSummary> {
+        let mut tracker = super::rebalances::RebalanceTracker::default();
+        self.events.iter().filter_map(|(at, e)| tracker.observe(*at, e)).collect()
     }
 
     fn settle(&mut self) {
@@ -73,6 +82,7 @@ impl Harness {
                     self.state.appended(self.now, id, None);
                 }
                 Effect::Reply(..) => {}
+                Effect::Event(at, event) => self.events.push((at, event)),
             }
         }
     }
@@ -213,6 +223,13 @@ fn partitions_move_only_after_their_owner_revokes_them() {
     assert_eq!(b.assignment.unwrap()[&t].len(), 3);
     h.converge();
     assert_eq!(h.state.consumer_groups["g"].state_name(), "Stable");
+    // Two rebalances: the group created by a (converged at once), b joining (converged once a
+    // revoked and b took the partitions).
+    let causes: Vec<_> = h.rebalances().into_iter().map(|r| (r.cause, r.generation_after, r.members_after)).collect();
+    assert_eq!(
+        causes,
+        vec![(RebalanceCause::GroupCreated { member: "a".into() }, 1, 1), (RebalanceCause::MemberJoined { member: "b".into() }, 2, 2)]
+    );
 }
 
 #[test]
@@ -236,6 +253,8 @@ fn three_members_on_six_partitions_own_two_each_and_a_leaver_is_rebalanced() {
     h.converge();
     assert_eq!(h.count("a") + h.count("b"), 6);
     assert_eq!(h.count("a"), 3);
+    let last = h.rebalances().pop().expect("converged after the leave");
+    assert_eq!((last.cause, last.members_before, last.members_after), (RebalanceCause::MemberLeft { members: vec!["c".into()] }, 3, 2));
 }
 
 #[test]
@@ -255,6 +274,7 @@ fn a_silent_member_is_fenced_after_its_session() {
     h.epochs.remove("b");
     h.converge();
     assert_eq!(h.count("a"), 4);
+    assert_eq!(h.rebalances().pop().map(|r| r.cause), Some(RebalanceCause::SessionTimeout { member: "b".into() }));
     // b comes back with its old epoch: fenced.
     let mut r = h.request("b", 3);
     r.owned = Some(TopicPartitions::new());
@@ -270,14 +290,25 @@ fn a_member_that_does_not_revoke_in_time_is_fenced() {
     // a is told to revoke but keeps reporting everything it owned.
     let stale = h.owned["a"].clone();
     let mut r = h.request("a", 1);
-    r.owned = Some(stale);
+    r.owned = Some(stale.clone());
     h.send(r);
     assert!(h.state.consumer_groups["g"].members["a"].rebalance_deadline.is_some());
+    // a keeps its session alive, still claiming everything, past its 30 s rebalance timeout.
     for _ in 0..40 {
         h.advance_to(h.now + 1_000);
         h.beat("b");
+        if h.state.consumer_groups["g"].members.contains_key("a") {
+            let mut r = h.request("a", 1);
+            r.owned = Some(stale.clone());
+            h.send(r);
+        }
     }
     assert!(!h.state.consumer_groups["g"].members.contains_key("a"), "fenced by its rebalance timeout");
+    let mut started = h.events.iter().filter_map(|(_, e)| match e {
+        super::events::GroupEvent::RebalanceStarted { cause, .. } => Some(cause.clone()),
+        _ => None,
+    });
+    assert_eq!(started.next_back(), Some(RebalanceCause::RebalanceTimeout { members: vec!["a".into()] }));
 }
 
 #[test]

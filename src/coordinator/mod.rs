@@ -14,14 +14,19 @@
 //! - [`offsets`]: OffsetCommit, OffsetFetch, OffsetDelete, offset expiration.
 //! - [`admin`]: ListGroups, DescribeGroups, DeleteGroups.
 //! - [`records`]: the `__consumer_offsets` record formats.
+//! - [`events`]: what happened in a group (rebalances and their causes, members, offsets), an
+//!   effect like the others for metrics, history and the log to consume.
+//! - [`rebalances`]: rebalances followed from those events, from their start to their end.
 
 pub mod admin;
 pub mod assignor;
 pub mod classic;
 pub mod consumer;
 mod consumer_protocol;
+pub mod events;
 pub mod group;
 pub mod offsets;
+pub mod rebalances;
 pub mod records;
 pub mod replicated;
 pub mod shell;

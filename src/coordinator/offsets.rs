@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::ResponseError;
 
 use super::classic::{touch_session, validate_member};
+use super::events::GroupEvent;
 use super::group::{ClassicGroup, GroupState, Token};
 use super::records::{GroupRecord, OffsetValue};
 use super::state::{Continuation, CoordinatorState, Response};
@@ -149,6 +150,7 @@ impl CoordinatorState {
 
     pub(crate) fn complete_commit(
         &mut self,
+        now: i64,
         group_id: &str,
         token: Token,
         offsets: Vec<(String, i32, OffsetValue)>,
@@ -159,10 +161,12 @@ impl CoordinatorState {
             Some(e) => codes.iter().map(|&c| if c == NONE { e.code() } else { c }).collect(),
             None => {
                 if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
+                    let partitions = offsets.len();
                     let stored = self.offsets.entry(group_id.to_string()).or_default();
                     for (topic, partition, value) in offsets {
                         stored.insert((topic, partition), value);
                     }
+                    self.out.event(now, GroupEvent::OffsetsCommitted { group: group_id.to_string(), partitions });
                 }
                 codes
             }
@@ -304,10 +308,14 @@ impl CoordinatorState {
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
+            let partitions = expired.len();
             for (topic, partition) in expired {
                 offsets.remove(&(topic.clone(), partition));
                 records.push(GroupRecord::Offset { group: group.id.clone(), topic, partition, value: None });
                 expired_count += 1;
+            }
+            if partitions > 0 {
+                self.out.event(now, GroupEvent::OffsetsExpired { group: group.id.clone(), partitions });
             }
             if offsets.is_empty() && group.is(GroupState::Empty) && group.pending_members.is_empty() {
                 dead_groups.push(group.id.clone());
@@ -324,16 +332,20 @@ impl CoordinatorState {
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
+            let partitions = expired.len();
             for (topic, partition) in expired {
                 offsets.remove(&(topic.clone(), partition));
                 records.push(GroupRecord::Offset { group: group.id.clone(), topic, partition, value: None });
                 expired_count += 1;
             }
+            if partitions > 0 {
+                self.out.event(now, GroupEvent::OffsetsExpired { group: group.id.clone(), partitions });
+            }
         }
         for id in dead_groups {
             self.offsets.remove(&id);
             if let Some(mut g) = self.groups.remove(&id) {
-                g.transition(GroupState::Dead, now);
+                super::classic::set_state(&mut g, &mut self.out, GroupState::Dead, now);
                 records.push(GroupRecord::Group { group: id, value: None });
             }
         }

@@ -37,7 +37,9 @@ use kafka_protocol::ResponseError;
 use openraft::{BasicNode, ServerState};
 use tokio::sync::{oneshot, Notify};
 
+use super::events::GroupEvent;
 use super::group::{GroupState, Token};
+use super::rebalances::RebalanceTracker;
 use super::records::GroupRecord;
 use super::replicated::{self, encode_batch, stamp_log_id, CoordinatorStateMachine};
 use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
@@ -149,6 +151,8 @@ pub struct PartitionRunner {
     checkpoint_size: Cell<u64>,
     snapshot_requested: Cell<bool>,
     expiration_interval_ms: u64,
+    /// Rebalances in progress on this partition, from the state machine's events.
+    rebalances: RefCell<RebalanceTracker>,
 }
 
 impl std::fmt::Debug for PartitionRunner {
@@ -202,6 +206,7 @@ impl PartitionRunner {
             checkpoint_size: Cell::new(size),
             snapshot_requested: Cell::new(false),
             expiration_interval_ms,
+            rebalances: RefCell::default(),
         });
 
         let store = RaftLogStore::open(&raft.dir, LogStoreConfig::default())
@@ -310,6 +315,7 @@ impl PartitionRunner {
         self.proposals.borrow_mut().queue.clear();
         self.timers.borrow_mut().clear();
         self.timer_keys.borrow_mut().clear();
+        self.rebalances.borrow_mut().clear();
         let now = now_ms();
         let mut fresh = self.fresh_state();
         match for_each_record(&self.log, |record| fresh.replay(record, now)) {
@@ -399,9 +405,30 @@ impl PartitionRunner {
                     }
                     Effect::Timer(key, deadline) => self.arm(key, deadline),
                     Effect::Append(id, records) => self.append(id, records),
+                    Effect::Event(at, event) => self.observe(at, &event),
                 }
             }
         }
+    }
+
+    /// What happened in a group: a finished rebalance gets one log line and its metrics.
+    fn observe(&self, at: i64, event: &GroupEvent) {
+        let Some(done) = self.rebalances.borrow_mut().observe(at, event) else { return };
+        tracing::info!(
+            partition = self.index,
+            group = %done.group,
+            kind = %done.kind.name(),
+            trigger = %done.cause.trigger(),
+            members_named = ?done.cause.members(),
+            restarts = done.restarts,
+            generation = format_args!("{} -> {}", done.generation_before, done.generation_after),
+            members = format_args!("{} -> {}", done.members_before, done.members_after),
+            join_ms = ?done.join_ms,
+            sync_ms = ?done.sync_ms,
+            total_ms = done.total_ms,
+            "rebalance completed"
+        );
+        crate::metrics::rebalance_completed(done.kind.name(), done.cause.trigger(), done.total_ms);
     }
 
     fn arm(&self, key: TimerKey, deadline: i64) {

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
+use super::events::GroupEvent;
 use super::group::{ClassicGroup, GroupState, Member, Token};
 use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata, OffsetValue};
 
@@ -104,6 +105,8 @@ pub enum Response {
 pub enum Effect {
     Reply(Token, Response),
     Timer(TimerKey, i64),
+    /// Something happened at this time (see [`super::events`]); nothing waits for it.
+    Event(i64, GroupEvent),
     /// Append these records; call [`CoordinatorState::appended`] with `id` once they are stored.
     Append(u64, Vec<GroupRecord>),
 }
@@ -155,6 +158,10 @@ pub struct Outbox {
 impl Outbox {
     pub(crate) fn reply(&mut self, token: Token, response: Response) {
         self.effects.push(Effect::Reply(token, response));
+    }
+
+    pub(crate) fn event(&mut self, at: i64, event: GroupEvent) {
+        self.effects.push(Effect::Event(at, event));
     }
 
     pub(crate) fn timer(&mut self, key: TimerKey, deadline: i64) {
@@ -387,7 +394,7 @@ impl CoordinatorState {
             Continuation::StaticRejoin { group, token, result, old_member, new_member_id, old_leader } => {
                 self.complete_static_rejoin(now, &group, token, result, *old_member, new_member_id, old_leader, error)
             }
-            Continuation::Commit { group, token, offsets, codes } => self.complete_commit(&group, token, offsets, codes, error),
+            Continuation::Commit { group, token, offsets, codes } => self.complete_commit(now, &group, token, offsets, codes, error),
             Continuation::DeleteGroups { token, codes } => {
                 let codes = match error {
                     None => codes,

@@ -7,8 +7,10 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::classic::HeartbeatRequest;
+use super::events::{GroupEvent, RebalanceCause};
 use super::group::GroupState;
 use super::offsets::{CommitOffset, CommitRequest};
+use super::rebalances::{RebalanceSummary, RebalanceTracker};
 use super::records::GroupRecord;
 use super::state::{CoordinatorState, Effect, GroupConfig, JoinRequest, JoinResult, Response, SyncRequest, SyncResult, TimerKey};
 
@@ -27,6 +29,7 @@ struct Harness {
     /// Appends are acknowledged at once unless this is set.
     hold_appends: bool,
     held: Vec<u64>,
+    events: Vec<(i64, GroupEvent)>,
 }
 
 impl Harness {
@@ -44,7 +47,23 @@ impl Harness {
             log: Vec::new(),
             hold_appends: false,
             held: Vec::new(),
+            events: Vec::new(),
         }
+    }
+
+    /// Why each rebalance so far began, in order.
+    fn causes(&self) -> Vec<RebalanceCause> {
+        let started = self.events.iter().filter_map(|(_, e)| match e {
+            GroupEvent::RebalanceStarted { cause, .. } => Some(cause.clone()),
+            _ => None,
+        });
+        started.collect()
+    }
+
+    /// The rebalances that ended so far, as the shell sums them up.
+    fn rebalances(&self) -> Vec<RebalanceSummary> {
+        let mut tracker = RebalanceTracker::default();
+        self.events.iter().filter_map(|(at, e)| tracker.observe(*at, e)).collect()
     }
 
     fn token(&mut self) -> u64 {
@@ -65,6 +84,7 @@ impl Harness {
                         assert!(self.replies.insert(token, response).is_none(), "token {token} answered twice");
                     }
                     Effect::Timer(key, at) => self.timers.push((key, at)),
+                    Effect::Event(at, event) => self.events.push((at, event)),
                     Effect::Append(id, records) => {
                         self.log.extend(records);
                         if self.hold_appends {
@@ -232,6 +252,39 @@ fn a_single_member_waits_exactly_the_initial_delay() {
     let GroupRecord::Group { value: Some(v), .. } = h.log.last().unwrap() else { panic!() };
     assert_eq!((v.generation, v.members.len()), (1, 1));
     assert_eq!(&v.members[0].assignment[..], b"a1");
+    // One rebalance: the group was created by its member, it joined after the delay and synced.
+    let [done] = &h.rebalances()[..] else { panic!("one rebalance: {:?}", h.rebalances()) };
+    assert_eq!(done.cause, RebalanceCause::GroupCreated { member: id });
+    assert_eq!((done.generation_before, done.generation_after, done.members_before, done.members_after), (0, 1, 0, 1));
+    assert_eq!((done.join_ms, done.sync_ms, done.total_ms), (Some(DELAY), Some(0), DELAY));
+}
+
+#[test]
+fn every_rebalance_says_what_started_it() {
+    let mut h = Harness::new();
+    let (a, gen) = h.stable_single("g");
+    // A second member joins the Stable group.
+    let (b, tb) = h.join_new("g");
+    assert_eq!(h.causes().last(), Some(&RebalanceCause::MemberJoined { member: b.clone() }));
+    let ta = h.join_with("g", &a, None, 1, vec![("range".into(), Bytes::from_static(b"sub"))]);
+    let gen2 = h.join_reply(ta).generation;
+    assert_eq!(gen2, gen + 1);
+    let leader = h.join_reply(ta).leader.clone();
+    h.sync("g", &leader, gen2, vec![]);
+    h.sync("g", if leader == a { &b } else { &a }, gen2, vec![]);
+    let _ = tb;
+    let last = h.rebalances().pop().expect("the join ended");
+    assert_eq!((last.cause, last.members_before, last.members_after), (RebalanceCause::MemberJoined { member: b.clone() }, 1, 2));
+    // A member rejoins with other protocols.
+    h.join_with("g", &b, None, 1, vec![("roundrobin".into(), Bytes::new()), ("range".into(), Bytes::new())]);
+    assert_eq!(h.causes().last(), Some(&RebalanceCause::MetadataChanged { member: b.clone() }));
+    // Both leave at once.
+    h.state.leave(h.now, "g", &[(a.clone(), None), (b.clone(), None)]);
+    h.settle();
+    let last = h.rebalances().pop().expect("the group emptied");
+    assert_eq!(last.cause, RebalanceCause::MetadataChanged { member: b.clone() }, "the leave came while it ran");
+    assert_eq!((last.restarts, last.members_after), (0, 0));
+    assert_eq!(h.state_of("g"), GroupState::Empty);
 }
 
 #[test]
@@ -358,6 +411,7 @@ fn a_member_that_stops_heartbeating_is_removed_after_its_session() {
     }
     assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
     assert!(!h.state.groups["g"].members.contains_key(&b));
+    assert_eq!(h.causes().last(), Some(&RebalanceCause::SessionTimeout { member: b.clone() }));
     assert_eq!(
         h.heartbeat("g", &b, gen, None),
         ResponseError::UnknownMemberId.code(),
@@ -424,6 +478,7 @@ fn the_sync_phase_times_out_when_the_leader_never_syncs() {
     assert_eq!(h.state_of("g"), GroupState::PreparingRebalance, "the leader was removed and a rebalance started");
     assert_eq!(h.sync_reply(parked).error, ResponseError::RebalanceInProgress.code());
     assert!(!h.state.groups["g"].members.contains_key(&r.leader));
+    assert_eq!(h.causes().last(), Some(&RebalanceCause::RebalanceTimeout { members: vec![r.leader.clone()] }));
 }
 
 // === error tables ===
@@ -603,6 +658,8 @@ fn leave_group() {
     // at once into Empty with a new generation.
     let g = &h.state.groups["g"];
     assert_eq!((g.state, g.generation), (GroupState::Empty, 2));
+    let last = h.rebalances().pop().expect("the rebalance ended with the group empty");
+    assert_eq!((last.cause, last.members_after, last.generation_after), (RebalanceCause::MemberLeft { members: vec![a] }, 0, 2));
 }
 
 // === static membership ===
