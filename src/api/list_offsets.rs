@@ -44,6 +44,10 @@ const LATEST_TIERED: i64 = -5;
 
 type Lookup = Result<Option<(i64, i64)>, LookupError>;
 
+/// Requests whose timestamp lookups run at once on the node (the others wait).
+const MAX_CONCURRENT_LOOKUPS: usize = 4;
+static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_LOOKUPS);
+
 #[derive(Debug)]
 enum LookupError {
     Storage(StorageError),
@@ -237,6 +241,9 @@ async fn run_scans(planned: Vec<(ShardId, Vec<Planned>)>) -> Option<HashMap<Shar
     if !has_scans {
         return Some(finish(planned));
     }
+    // Each lookup may hold a decompressed batch (up to 32 MiB): a few at a time on the node, the
+    // rest wait their turn rather than start threads and buffers without bound.
+    let Ok(_permit) = LOOKUPS.acquire().await else { return None };
     match tokio::task::spawn_blocking(move || finish(planned)).await {
         Ok(results) => Some(results),
         Err(e) => {
