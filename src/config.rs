@@ -324,6 +324,8 @@ impl Default for TopicDefaults {
 const MIN_FRAME_BYTES: u32 = 1024;
 /// Kafka sizes are i32 on the wire; a frame larger than this cannot be expressed.
 const MAX_FRAME_BYTES: u32 = i32::MAX as u32;
+/// Kafka 4's smallest `segment.bytes` and `log.segment.bytes` (KIP-1030): 1 MiB.
+pub const MIN_NEW_SEGMENT_BYTES: u64 = 1024 * 1024;
 /// The smallest segment storage can work with (`internal_segment_bytes`): a batch header.
 const MIN_SEGMENT_BYTES: u64 = 14;
 /// Positions in Kafka's offset index are 32-bit.
@@ -483,7 +485,7 @@ impl Config {
             return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
         }
         let d = &t.defaults;
-        let min = crate::cluster::topic_config::MIN_NEW_SEGMENT_BYTES;
+        let min = MIN_NEW_SEGMENT_BYTES;
         if !(min..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
             return Err(invalid(
                 "topics.defaults.segment_bytes",

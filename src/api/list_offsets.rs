@@ -219,7 +219,7 @@ fn plan_v0(log: &PartitionLog, timestamp: i64) -> Planned {
 /// Runs every timestamp lookup of the request on one blocking thread and returns each shard's
 /// answers in its job order; `None` if that thread failed.
 async fn run_scans(planned: Vec<(ShardId, Vec<Planned>)>) -> Option<HashMap<ShardId, Vec<Lookup>>> {
-    let has_scans = planned.iter().any(|(_, list)| list.iter().any(|p| matches!(p, Planned::Scan { .. })));
+    let has_scans = planned.iter().any(|(_, list)| list.iter().any(|p| matches!(p, Planned::Scan { lookup, .. } if !lookup.is_empty())));
     let finish = move |planned: Vec<(ShardId, Vec<Planned>)>| -> HashMap<ShardId, Vec<Lookup>> {
         planned
             .into_iter()

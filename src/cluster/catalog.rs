@@ -237,6 +237,19 @@ impl Catalog {
         self.persist()
     }
 
+    /// Partitions each node holds of the replicated topics other than `except` (internal topics
+    /// are every node's own and do not count): the same on every node at the same point of the
+    /// metadata log.
+    pub fn partitions_per_node(&self, except: Uuid) -> BTreeMap<i32, usize> {
+        let mut held = BTreeMap::new();
+        for topic in self.by_name.iter().filter(|t| t.id != except && !super::is_internal(&t.name)) {
+            for partition in &topic.partitions {
+                *held.entry(partition.leader).or_default() += 1;
+            }
+        }
+        held
+    }
+
     /// The replicated topics (every one but `__consumer_offsets`), sorted by name.
     pub fn replicated(&self) -> Vec<StoredTopic> {
         self.stored().into_iter().filter(|t| !super::is_internal(&t.name)).collect()

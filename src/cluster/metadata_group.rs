@@ -99,7 +99,7 @@ impl TopicChange {
     /// [`TopicChange::validate`] with this node's settings (the same on every node) and its
     /// catalog (the same on every node at the same point of the log).
     pub(crate) fn validate_on(&self, node: &Node) -> Result<(), String> {
-        let held = partitions_per_node(&node.catalog, self.topic_id());
+        let held = node.catalog.partitions_per_node(self.topic_id());
         self.validate(&PartitionLimits::of(node), |n| node.brokers.contains_key(&n), |n| held.get(&n).copied().unwrap_or(0))
     }
 
@@ -139,18 +139,6 @@ pub(crate) fn check_partitions_per_node(placement: &[i32], held: impl Fn(i32) ->
         }
     }
     Ok(())
-}
-
-/// Partitions each node holds of the replicated topics other than `except` (internal topics
-/// are every node's own and do not count).
-pub(crate) fn partitions_per_node(catalog: &super::catalog::Catalog, except: Uuid) -> BTreeMap<i32, usize> {
-    let mut held = BTreeMap::new();
-    for topic in catalog.replicated().into_iter().filter(|t| t.id != except) {
-        for node in topic.placement {
-            *held.entry(node).or_default() += 1;
-        }
-    }
-    held
 }
 
 /// Why a topic change was not made. Travels back to the node that forwarded it.

@@ -112,7 +112,7 @@ pub fn check_partition_count(shard: &Shard, count: i32) -> Result<(), TopicError
 
 /// Refuses a topic's placement that takes a node past `topics.max_partitions_per_node`.
 fn check_node_budget(node: &Node, topic: uuid::Uuid, placement: &[i32]) -> Result<(), TopicError> {
-    let held = metadata_group::partitions_per_node(&node.catalog, topic);
+    let held = node.catalog.partitions_per_node(topic);
     let max = node.config.topics.max_partitions_per_node;
     metadata_group::check_partitions_per_node(placement, |n| held.get(&n).copied().unwrap_or(0), max).map_err(|e| {
         crate::metrics::limit_reached("topics.max_partitions_per_node");

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{StorageConfig, TopicDefaults};
+use crate::config::{StorageConfig, TopicDefaults, MIN_NEW_SEGMENT_BYTES};
 use crate::storage::LogConfig;
 
 /// How a config value came to be, as DescribeConfigs reports it.
@@ -106,9 +106,6 @@ pub enum TopicConfigError {
     #[error("invalid value {value:?} for topic config {key}: {reason}")]
     InvalidValue { key: String, value: String, reason: &'static str },
 }
-
-/// Kafka 4's smallest `segment.bytes` (and `log.segment.bytes`): 1 MiB.
-pub const MIN_NEW_SEGMENT_BYTES: u64 = 1024 * 1024;
 
 /// A topic's explicitly set configs (name → value). Everything else comes from defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -292,8 +292,8 @@ impl CoordinatorState {
         }
     }
 
-    /// Whether another group may be created here (`groups.max_groups_per_partition`). Replaying
-    /// the log never asks: what was written stays.
+    /// Whether another group may be created here (`groups.max_groups_per_partition`; a refusal
+    /// is counted in metrics). Replaying the log never asks: what was written stays.
     pub(crate) fn may_create_group(&self) -> bool {
         let room = self.groups.len() + self.consumer_groups.len() < self.config.max_groups;
         if !room {

@@ -23,6 +23,11 @@ pub struct TimestampLookup {
 }
 
 impl TimestampLookup {
+    /// No segment can hold the answer: [`TimestampLookup::run`] reads nothing.
+    pub fn is_empty(&self) -> bool {
+        self.scans.is_empty()
+    }
+
     /// `(offset, timestamp)` of the record found, `None` when no record matches. Blocking I/O.
     pub fn run(self) -> Result<Option<(i64, i64)>, StorageError> {
         for scan in self.scans {
