@@ -156,6 +156,9 @@ def groups(args, s, _rnd):
             "commits_per_sec": c["commits_per_sec"], "commits_per_cpu": c["commits"] / sum(c["server_cpu"])}
 
 
+SCENARIOS = {"produce": produce, "fetch": fetch, "groups": groups}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", required=True, help="corral binary before the change")
@@ -166,7 +169,10 @@ def main():
     p.add_argument("--fetch-bytes", default="512MiB", help="size of the partition the fetch scenario reads")
     p.add_argument("--groups", type=int, default=1000, help="idle groups of 5 members (and as many committers)")
     p.add_argument("--work-dir", default=tempfile.gettempdir(), help="on the disk to measure, not a tmpfs")
+    p.add_argument("--scenarios", default="produce,fetch,groups",
+                   help="comma-separated subset of produce, fetch, groups (groups: heartbeats and commits)")
     args = p.parse_args()
+    chosen = [SCENARIOS[name] for name in args.scenarios.split(",")]
     signal.signal(signal.SIGTERM, on_signal)
     work = tempfile.mkdtemp(prefix="corral-ab-", dir=args.work_dir)
     scratch.append(work)
@@ -178,13 +184,14 @@ def main():
             # favour one side.
             order = ["base", "cand"] if rnd % 2 else ["cand", "base"]
             live = {n: Server(n, getattr(args, n), work) for n in order}
-            for s in live.values():
-                # Untimed: the partition the fetch scenario reads (and re-reads from its start).
-                bench(args, "produce", "--bootstrap", s.bootstrap, "--topic", "ab-fetch", "--create", "1",
-                      "--connections", "1", "--bytes", args.fetch_bytes)
+            if fetch in chosen:
+                for s in live.values():
+                    # Untimed: the partition the fetch scenario reads (and re-reads from its start).
+                    bench(args, "produce", "--bootstrap", s.bootstrap, "--topic", "ab-fetch", "--create", "1",
+                          "--connections", "1", "--bytes", args.fetch_bytes)
             os.sync()
             result = {n: {} for n in order}
-            for scenario in (produce, fetch, groups):
+            for scenario in chosen:
                 for n in order:
                     result[n].update(scenario(args, live[n], rnd))
             for s in live.values():
@@ -192,7 +199,7 @@ def main():
             rounds.append(result)
             print(f"round {rnd}/{args.rounds} ({' first, '.join(order)} second, {time.time() - started:.0f} s, "
                   f"load {os.getloadavg()[0]:.2f}): " +
-                  ", ".join(f"{k} {result['cand'][k] / result['base'][k]:.3f}" for k, *_ in METRICS), flush=True)
+                  ", ".join(f"{k} {result['cand'][k] / result['base'][k]:.3f}" for k in result["cand"]), flush=True)
     except KeyboardInterrupt:
         sys.exit("interrupted; servers stopped, scratch data removed")
     finally:
@@ -210,7 +217,8 @@ def report(args, rounds, seconds, load0):
     print("| scenario | unit | base median | candidate median | median ratio | per-round ratios, min–max "
           "| both orders: pairs of rounds, median (min–max) |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for key, label, unit, _higher in METRICS:
+    measured = [m for m in METRICS if m[0] in rounds[0]["base"]] if rounds else []
+    for key, label, unit, _higher in measured:
         base = [r["base"][key] for r in rounds]
         cand = [r["cand"][key] for r in rounds]
         ratios = [c / b for b, c in zip(base, cand)]
@@ -220,7 +228,7 @@ def report(args, rounds, seconds, load0):
         print(f"| {label.strip()} | {unit} | {statistics.median(base):,.{digits}f} | {statistics.median(cand):,.{digits}f} "
               f"| {statistics.median(ratios):.3f} | {min(ratios):.3f}–{max(ratios):.3f} | {both} |")
     print("\nper-round ratios:")
-    for key, *_ in METRICS:
+    for key, *_ in measured:
         print(f"  {key:<16} " + " ".join(f"{r['cand'][key] / r['base'][key]:.3f}" for r in rounds))
 
 

@@ -94,6 +94,11 @@ pub enum FetchSend {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    /// Groups given their own label in the per-group series of `/metrics`, in group-id order;
+    /// the others are summed under `consumergroup="__other__"`.
+    pub metrics_max_groups: usize,
+    /// The window of the rebalance-storm signal (`corral_group_rebalances_recent`).
+    pub rebalance_storm_window_minutes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -151,6 +156,10 @@ pub struct ClusterNode {
     pub raft: String,
     /// `host:port` clients are told to connect to (the node's `kafka.advertised`).
     pub kafka: String,
+    /// `host:port` of the node's admin listener: lets any node answer the groups API for groups
+    /// another node coordinates.
+    #[serde(default)]
+    pub admin: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -249,7 +258,7 @@ impl Default for KafkaConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9095)) }
+        AdminConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9095)), metrics_max_groups: 1_000, rebalance_storm_window_minutes: 10 }
     }
 }
 
@@ -359,6 +368,9 @@ impl Config {
             }
             parse_host_port(&node.raft).map_err(|reason| invalid("cluster.nodes", format!("node {}: raft: {reason}", node.id)))?;
             parse_host_port(&node.kafka).map_err(|reason| invalid("cluster.nodes", format!("node {}: kafka: {reason}", node.id)))?;
+            if let Some(admin) = &node.admin {
+                parse_host_port(admin).map_err(|reason| invalid("cluster.nodes", format!("node {}: admin: {reason}", node.id)))?;
+            }
         }
         if !seen.contains(&self.node.id) {
             return Err(invalid("cluster.nodes", format!("must include this node (node.id = {})", self.node.id)));
@@ -410,6 +422,9 @@ impl Config {
         }
         if self.admin.listen == k.listen && k.listen.port() != 0 {
             return Err(invalid("admin.listen", "must differ from kafka.listen"));
+        }
+        if !(1..=1_440).contains(&self.admin.rebalance_storm_window_minutes) {
+            return Err(invalid("admin.rebalance_storm_window_minutes", "must be between 1 and 1440"));
         }
         if self.node.id < 0 {
             return Err(invalid("node.id", format!("must be >= 0, got {}", self.node.id)));

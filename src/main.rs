@@ -38,6 +38,7 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Groups(args) => corral::cli::groups::run(args),
         Command::Serve(args) => {
             let config = match args.config() {
                 Ok(c) => c,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
-use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
+use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
     Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest, SyncResult,
@@ -113,6 +113,8 @@ impl CoordinatorState {
                 if let Some(previous) = member.awaiting_sync.replace(token) {
                     out.reply(previous, Response::Sync(SyncResult::error(ResponseError::RebalanceInProgress)));
                 }
+                let (group_id, member) = (group.id.clone(), request.member_id.clone());
+                out.event(now, GroupEvent::MemberReady { group: group_id, member, step: MemberStep::Synced });
                 group.pending_sync.remove(&request.member_id);
                 if group.pending_sync.is_empty() {
                     group.sync_deadline = None;
@@ -448,7 +450,7 @@ fn join_existing_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupC
     let same = group.members[&member_id].same_protocols(&request.protocols);
     match group.state {
         GroupState::PreparingRebalance => {
-            update_member(group, out, &request, token);
+            update_member(group, out, now, &request, token);
             maybe_complete_join(group, out, cfg, now, false);
         }
         GroupState::CompletingRebalance if same => {
@@ -460,7 +462,7 @@ fn join_existing_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupC
             out.reply(token, Response::Join(result));
         }
         GroupState::CompletingRebalance | GroupState::Stable => {
-            update_member(group, out, &request, token);
+            update_member(group, out, now, &request, token);
             let cause = if same {
                 RebalanceCause::LeaderRejoined { member: member_id }
             } else {
@@ -496,7 +498,7 @@ fn member_list(group: &ClassicGroup) -> Vec<JoinedMember> {
 }
 
 /// Updates a known member from its JoinGroup and parks the request.
-fn update_member(group: &mut ClassicGroup, out: &mut Outbox, request: &JoinRequest, token: Token) {
+fn update_member(group: &mut ClassicGroup, out: &mut Outbox, now: i64, request: &JoinRequest, token: Token) {
     let member = group.members.get_mut(&request.member_id).expect("validated member");
     member.protocols = copy_protocols(&request.protocols);
     member.session_timeout_ms = request.session_timeout_ms;
@@ -505,6 +507,12 @@ fn update_member(group: &mut ClassicGroup, out: &mut Outbox, request: &JoinReque
         // A retried JoinGroup supersedes the one still parked.
         out.reply(previous.token, Response::Join(JoinResult::error(ResponseError::RebalanceInProgress, &request.member_id)));
     }
+    say_joined(group.id.clone(), out, now, request.member_id.clone());
+}
+
+/// Says that a member's JoinGroup is in for the join phase.
+fn say_joined(group: String, out: &mut Outbox, now: i64, member: String) {
+    out.event(now, GroupEvent::MemberReady { group, member, step: MemberStep::Joined });
 }
 
 /// Protocol metadata is copied out of the request frame so the frame can be freed.
@@ -642,25 +650,26 @@ fn replace_static_member(
                     },
                 );
             } else {
-                park(group, &new_id, token, joined.version);
+                park(group, out, now, &new_id, token, joined.version);
                 prepare_rebalance(group, out, cfg, now, RebalanceCause::StaticMemberReplaced { instance, member: new_id });
             }
         }
         GroupState::PreparingRebalance => {
-            update_member(group, out, &joined, token);
+            update_member(group, out, now, &joined, token);
             maybe_complete_join(group, out, cfg, now, false);
         }
         GroupState::CompletingRebalance | GroupState::Empty | GroupState::Dead => {
             // The leader may be computing an assignment keyed by the old id: rebalance.
-            update_member(group, out, &joined, token);
+            update_member(group, out, now, &joined, token);
             prepare_rebalance(group, out, cfg, now, RebalanceCause::StaticMemberReplaced { instance, member: new_id });
         }
     }
 }
 
-fn park(group: &mut ClassicGroup, member_id: &str, token: Token, version: i16) {
+fn park(group: &mut ClassicGroup, out: &mut Outbox, now: i64, member_id: &str, token: Token, version: i16) {
     if let Some(m) = group.members.get_mut(member_id) {
         m.awaiting_join = Some(ParkedJoin { token, version });
+        say_joined(group.id.clone(), out, now, member_id.to_string());
     }
 }
 

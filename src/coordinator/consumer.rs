@@ -15,7 +15,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{Assignor, MemberSpec};
-use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
+use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::GroupState;
 use super::records::{ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
 use super::state::{Continuation, CoordinatorState, Outbox, TimerKey};
@@ -52,6 +52,15 @@ pub enum MemberState {
 }
 
 impl MemberState {
+    /// Kafka's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Stable => "STABLE",
+            MemberState::UnrevokedPartitions => "UNREVOKED_PARTITIONS",
+            MemberState::UnreleasedPartitions => "UNRELEASED_PARTITIONS",
+        }
+    }
+
     fn from_code(code: i8) -> MemberState {
         match code {
             1 => MemberState::UnrevokedPartitions,
@@ -605,8 +614,14 @@ impl CoordinatorState {
 
         // 6. Reconcile this member toward its target.
         let before_assigned = group.members[&member_id].assigned.clone();
+        let epoch_before = group.members[&member_id].epoch;
         let target = group.target.get(&member_id).cloned().unwrap_or_default();
         reconcile(group, &member_id, &target, r.owned.as_ref(), now);
+        let member = &group.members[&member_id];
+        if member.epoch != epoch_before && member.epoch == group.assignment_epoch && member.state == MemberState::Stable {
+            let (group_id, member) = (group.id.clone(), member_id.clone());
+            self.out.event(now, GroupEvent::MemberReady { group: group_id, member, step: MemberStep::Reconciled });
+        }
         let member = &group.members[&member_id];
         if member.assigned != before_assigned || member.epoch != r.member_epoch.max(0) || rejoining || !known || replaced_static {
             records.push(GroupRecord::CurrentAssignment {

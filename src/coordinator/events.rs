@@ -109,6 +109,27 @@ pub enum Departure {
     Replaced,
 }
 
+/// A step of a rebalance that each member takes; the last to take it held the rebalance up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberStep {
+    /// Classic: its JoinGroup for the join phase arrived.
+    Joined,
+    /// Classic: its SyncGroup for the new generation arrived.
+    Synced,
+    /// KIP-848: it reached the target assignment's epoch.
+    Reconciled,
+}
+
+impl MemberStep {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberStep::Joined => "joined",
+            MemberStep::Synced => "synced",
+            MemberStep::Reconciled => "reconciled",
+        }
+    }
+}
+
 /// One thing that happened in a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupEvent {
@@ -141,6 +162,12 @@ pub enum GroupEvent {
         kind: GroupKind,
         member: String,
     },
+    /// A member took a step of the rebalance in progress (or of the next one).
+    MemberReady {
+        group: String,
+        member: String,
+        step: MemberStep,
+    },
     MemberRemoved {
         group: String,
         kind: GroupKind,
@@ -172,6 +199,7 @@ impl GroupEvent {
             | GroupEvent::JoinCompleted { group, .. }
             | GroupEvent::Stabilized { group, .. }
             | GroupEvent::MemberJoined { group, .. }
+            | GroupEvent::MemberReady { group, .. }
             | GroupEvent::MemberRemoved { group, .. }
             | GroupEvent::StateChanged { group, .. }
             | GroupEvent::OffsetsCommitted { group, .. }

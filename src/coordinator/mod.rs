@@ -25,6 +25,7 @@ pub mod consumer;
 mod consumer_protocol;
 pub mod events;
 pub mod group;
+pub mod inspect;
 pub mod offsets;
 pub mod rebalances;
 pub mod records;

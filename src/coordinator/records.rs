@@ -23,10 +23,26 @@ const CURRENT_MEMBER_KEY: i16 = 8;
 /// and value lengths, header count (varints of 5 bytes, 10 for the timestamp).
 const RECORD_OVERHEAD: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
 
-/// The bytes a batch of `records` takes at most (see [`GroupRecord::batch_bytes`]); the first
+/// The bytes a batch of `records` takes at most (see [`StoredRecord::batch_bytes`]); the first
 /// record's log-id header and the batch header are included.
-pub fn batch_bytes(records: &[GroupRecord]) -> usize {
-    crate::record_batch::HEADER_LEN + LOG_ID_HEADER_BYTES + records.iter().map(GroupRecord::batch_bytes).sum::<usize>()
+pub fn batch_bytes(records: &[StoredRecord]) -> usize {
+    crate::record_batch::HEADER_LEN + LOG_ID_HEADER_BYTES + records.iter().map(StoredRecord::batch_bytes).sum::<usize>()
+}
+
+/// A record as it goes into a batch: its key and value bytes (`None` for a tombstone). Records
+/// are encoded once, when they are queued, and measured from these bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+}
+
+impl StoredRecord {
+    /// The bytes this record takes in a v2 record batch, at most: its key and value plus the
+    /// record's own framing with every varint at its longest.
+    pub fn batch_bytes(&self) -> usize {
+        RECORD_OVERHEAD + self.key.len() + self.value.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 /// The first record's `corral.log_id` header: its key and value with their lengths.
@@ -156,7 +172,7 @@ impl GroupRecord {
     }
 
     pub fn key(&self) -> Bytes {
-        let mut b = BytesMut::new();
+        let mut b = BytesMut::with_capacity(64);
         match self {
             GroupRecord::Offset { group, topic, partition, .. } => {
                 b.put_i16(OFFSET_KEY);
@@ -197,7 +213,7 @@ impl GroupRecord {
 
     /// The value bytes; `None` for a tombstone.
     pub fn value(&self) -> Option<Bytes> {
-        let mut b = BytesMut::new();
+        let mut b = BytesMut::with_capacity(64);
         match self {
             GroupRecord::Offset { value: None, .. }
             | GroupRecord::Group { value: None, .. }
@@ -279,10 +295,9 @@ impl GroupRecord {
         Some(b.freeze())
     }
 
-    /// The bytes this record takes in a v2 record batch, at most: its key and value plus the
-    /// record's own framing with every varint at its longest.
-    pub fn batch_bytes(&self) -> usize {
-        RECORD_OVERHEAD + self.key().len() + self.value().map_or(0, |v| v.len())
+    /// The key and value bytes, as they are stored.
+    pub fn encode(&self) -> StoredRecord {
+        StoredRecord { key: self.key(), value: self.value() }
     }
 
     /// Reads a record back. `Ok(None)` for record types the classic coordinator does not use

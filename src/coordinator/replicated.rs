@@ -27,7 +27,7 @@
 
 use std::io::Cursor;
 use std::path::PathBuf;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::protocol::StrBytes;
@@ -35,8 +35,8 @@ use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBat
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
-use super::records::GroupRecord;
-use super::shell::PartitionRunner;
+use super::records::{GroupRecord, StoredRecord};
+use super::shell::OffsetsLog;
 use crate::raft::{Entry, LogId, StorageError, StoredMembership, TypeConfig, LOG_ID_LEN};
 use crate::record_batch::{read_varint, HEADER_LEN};
 
@@ -50,7 +50,7 @@ const CRC_START: usize = 21;
 
 /// Encodes records as one uncompressed v2 batch. The first record carries a zeroed
 /// [`LOG_ID_HEADER`], filled in by [`stamp_log_id`] when the batch is applied.
-pub fn encode_batch(records: &[GroupRecord], now: i64) -> Bytes {
+pub fn encode_batch(records: &[StoredRecord], now: i64) -> Bytes {
     let records: Vec<Record> = records
         .iter()
         .enumerate()
@@ -64,8 +64,8 @@ pub fn encode_batch(records: &[GroupRecord], now: i64) -> Bytes {
             offset: i as i64,
             sequence: i as i32 - 1,
             timestamp: now,
-            key: Some(r.key()),
-            value: r.value(),
+            key: Some(r.key.clone()),
+            value: r.value.clone(),
             headers: if i == 0 {
                 [(StrBytes::from_static_str(LOG_ID_HEADER), Some(Bytes::from_static(&[0; LOG_ID_LEN])))].into_iter().collect()
             } else {
@@ -131,11 +131,11 @@ fn sm_error(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
 }
 
-/// The Raft state machine of one coordinator partition. It reaches the partition through its
-/// runner (weakly: the runner owns the Raft group, which owns this).
+/// The Raft state machine of one coordinator partition: applies entries to the partition's
+/// [`OffsetsLog`] (shared with the runner, which owns the Raft group, which owns this).
 #[derive(Debug)]
 pub struct CoordinatorStateMachine {
-    runner: Weak<PartitionRunner>,
+    offsets: Rc<OffsetsLog>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     /// The Raft group's directory, where the applied membership is kept.
@@ -150,21 +150,16 @@ type StoredSnapshot = (Meta, Rc<Vec<u8>>);
 impl CoordinatorStateMachine {
     /// `last_applied` is what the partition's log says it holds; the membership is read from
     /// `dir`.
-    pub fn open(runner: Weak<PartitionRunner>, last_applied: Option<LogId>, dir: PathBuf) -> Result<Self, String> {
+    pub fn open(offsets: Rc<OffsetsLog>, last_applied: Option<LogId>, dir: PathBuf) -> Result<Self, String> {
         let membership = crate::raft::read_state_file(&dir, MEMBERSHIP_FILE, crate::raft::decode_stored_membership)
             .map_err(|e| e.to_string())?
             .unwrap_or_default();
-        Ok(CoordinatorStateMachine { runner, last_applied, membership, dir, current: None })
-    }
-
-    fn runner(&self) -> Result<Rc<PartitionRunner>, Box<StorageError>> {
-        self.runner.upgrade().ok_or_else(|| Box::new(sm_error("the coordinator partition is closed")))
+        Ok(CoordinatorStateMachine { offsets, last_applied, membership, dir, current: None })
     }
 
     /// Checkpoints the partition at the last applied entry and keeps it as the current snapshot.
     fn checkpoint(&mut self) -> Result<Snapshot<TypeConfig>, Box<StorageError>> {
-        let runner = self.runner()?;
-        let data = Rc::new(runner.checkpoint(self.last_applied).map_err(|e| Box::new(sm_error(e)))?);
+        let data = Rc::new(self.offsets.checkpoint(self.last_applied).map_err(|e| Box::new(sm_error(e)))?);
         let last = self.last_applied;
         let meta = SnapshotMeta {
             last_log_id: last,
@@ -202,12 +197,12 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let runner = self.runner().map_err(|e| *e)?;
         let mut replies = Vec::new();
         for entry in entries {
             match entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(command) => runner
+                EntryPayload::Normal(command) => self
+                    .offsets
                     .apply_batch(&entry.log_id, command.payload())
                     .map_err(|e| StorageError::from(StorageIOError::apply(entry.log_id, AnyError::error(e))))?,
                 EntryPayload::Membership(membership) => {
@@ -237,8 +232,7 @@ impl RaftStateMachine<TypeConfig> for CoordinatorStateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let runner = self.runner().map_err(|e| *e)?;
-        runner
+        self.offsets
             .install(&data, meta.last_log_id)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
         let bytes = crate::raft::encode_stored_membership(&meta.last_membership);
@@ -265,7 +259,7 @@ mod tests {
     use super::*;
     use crate::coordinator::raft_test_support::{commit, commit_with_metadata, committed, local, open_partition};
     use crate::coordinator::records::OffsetValue;
-    use crate::coordinator::shell::RaftSettings;
+    use crate::coordinator::shell::{PartitionRunner, RaftSettings};
     use crate::coordinator::state::GroupConfig;
     use openraft::CommittedLeaderId;
     use tempfile::TempDir;
@@ -422,7 +416,7 @@ mod tests {
                     }),
                 })
                 .collect();
-            let batch = encode_batch(&records, 1_000);
+            let batch = encode_batch(&encoded(&records), 1_000);
             assert!(batch.len() > 1_200_000);
             let raft = runner.raft().unwrap().clone();
             raft.client_write(crate::raft::Command::new(batch)).await.expect("the oversized entry commits and applies");
@@ -439,6 +433,10 @@ mod tests {
         });
     }
 
+    fn encoded(records: &[GroupRecord]) -> Vec<StoredRecord> {
+        records.iter().map(GroupRecord::encode).collect()
+    }
+
     fn offset(partition: i32, offset: i64) -> GroupRecord {
         GroupRecord::Offset {
             group: "g".into(),
@@ -450,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_stamped_batch_is_valid_and_carries_its_log_id() {
-        let batch = encode_batch(&[offset(0, 5), offset(1, 7)], 1_000);
+        let batch = encode_batch(&encoded(&[offset(0, 5), offset(1, 7)]), 1_000);
         let decoded = decode_batch(batch.clone()).unwrap();
         assert_eq!(stamped_log_id(&decoded[0]), None, "unstamped batches carry zeros");
 
@@ -469,7 +467,7 @@ mod tests {
     fn stamping_refuses_a_batch_without_the_header() {
         // Our own batch with the header's key changed (and the CRC made valid again): nothing in
         // it may be overwritten.
-        let mut bytes = encode_batch(&[offset(0, 5)], 1_000).to_vec();
+        let mut bytes = encode_batch(&encoded(&[offset(0, 5)]), 1_000).to_vec();
         let key = LOG_ID_HEADER.as_bytes();
         let at = bytes.windows(key.len()).position(|w| w == key).expect("header key in the batch");
         bytes[at] = b'C';

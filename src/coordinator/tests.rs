@@ -895,3 +895,78 @@ fn an_extreme_retention_time_saturates() {
         other => panic!("expected one offset record, got {other:?}"),
     }
 }
+
+/// A consumer-protocol assignment (v0) of one topic's partitions.
+fn assignment_of(topic: &str, partitions: &[i32]) -> Bytes {
+    let mut b = vec![0, 0, 0, 0, 0, 1];
+    b.extend((topic.len() as i16).to_be_bytes());
+    b.extend(topic.as_bytes());
+    b.extend((partitions.len() as i32).to_be_bytes());
+    for p in partitions {
+        b.extend(p.to_be_bytes());
+    }
+    b.extend((-1i32).to_be_bytes());
+    Bytes::from(b)
+}
+
+struct Facts;
+
+impl super::inspect::PartitionFacts for Facts {
+    fn end_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        (topic == "t" && partition == 0).then_some(9)
+    }
+    fn topic_name(&self, _: uuid::Uuid) -> Option<String> {
+        None
+    }
+}
+
+#[test]
+fn the_members_slowest_to_sync_are_named_and_the_group_is_shown_whole() {
+    use super::events::MemberStep;
+    use super::inspect::{detail, overviews, Coordinator};
+    use super::rebalances::{RebalanceHistory, SlowMember};
+
+    let mut h = Harness::new();
+    let (a, _) = h.stable_single("g");
+    let start = h.now;
+    let (b, _) = h.join_new("g");
+    h.advance_to(start + 700);
+    let ta = h.join("g", &a, None, 5);
+    let (generation, leader) = (h.join_reply(ta).generation, h.join_reply(ta).leader.clone());
+    let follower = if leader == a { b.clone() } else { a.clone() };
+    h.sync("g", &follower, generation, vec![]);
+    h.advance_to(start + 900);
+    h.sync("g", &leader, generation, vec![(a.clone(), assignment_of("t", &[0])), (b.clone(), assignment_of("t", &[1]))]);
+    assert_eq!(h.state_of("g"), GroupState::Stable);
+    let done = h.rebalances().pop().expect("the join ended");
+    assert_eq!(
+        done.slowest,
+        vec![
+            SlowMember { member: leader.clone(), step: MemberStep::Synced, after_ms: 900 },
+            SlowMember { member: follower.clone(), step: MemberStep::Synced, after_ms: 700 },
+        ]
+    );
+    assert_eq!((done.join_ms, done.sync_ms, done.total_ms), (Some(700), Some(200), 900));
+
+    assert_eq!(h.commit("g", &a, generation, 8, &[("t", 0, 5), ("t", 1, 7)]), vec![NONE, NONE]);
+    let mut history = RebalanceHistory::default();
+    h.rebalances().into_iter().for_each(|r| history.record(r));
+    let at = Coordinator { partition: 3, node: 0 };
+    let g = detail(&h.state, &history, "g", &Facts, at).expect("the group exists");
+    assert_eq!((g.overview.kind, g.overview.state, g.overview.generation, g.overview.members), ("classic", "Stable", generation, 2));
+    assert_eq!((g.overview.coordinator_partition, g.overview.lag_sum), (3, Some(4)));
+    let assigned: Vec<(String, Vec<i32>)> =
+        g.members.iter().flat_map(|m| m.assignment.iter().map(|t| (m.member_id.clone(), t.partitions.clone()))).collect();
+    assert!(assigned.contains(&(a.clone(), vec![0])) && assigned.contains(&(b.clone(), vec![1])), "{assigned:?}");
+    let [p0, p1] = &g.offsets[..] else { panic!("two offsets: {:?}", g.offsets) };
+    assert_eq!(
+        (p0.partition, p0.committed_offset, p0.log_end_offset, p0.lag, p0.owner.as_deref()),
+        (0, 5, Some(9), Some(4), Some(a.as_str()))
+    );
+    assert_eq!((p1.partition, p1.committed_offset, p1.log_end_offset, p1.lag, p1.owner.as_deref()), (1, 7, None, None, Some(b.as_str())));
+    let triggers: Vec<&str> = g.rebalances.iter().map(|r| r.trigger).collect();
+    assert_eq!(triggers, vec!["group_created", "member_joined"]);
+    assert_eq!(g.rebalances[1].trigger_members, vec![b.clone()]);
+    assert!(detail(&h.state, &history, "nope", &Facts, at).is_none());
+    assert_eq!(overviews(&h.state, &Facts, at).iter().map(|o| o.group.as_str()).collect::<Vec<_>>(), vec!["g"]);
+}

@@ -65,7 +65,7 @@ impl PartitionRunner {
     /// Starts serving: the state holds every entry up to `applied`; what follows is proposed
     /// here.
     pub(super) fn take_over(self: &Rc<Self>, applied: Option<u64>) {
-        self.local_from.set(applied.map_or(0, |i| i + 1));
+        self.offsets.lead_after(applied);
         self.state.borrow_mut().start_sessions(now_ms());
         self.serving.set(true);
         self.serving_changed.notify_waiters();
@@ -79,20 +79,13 @@ impl PartitionRunner {
     pub(super) fn step_down(&self, why: &'static str) {
         self.serving.set(false);
         self.serving_changed.notify_waiters();
-        self.local_from.set(u64::MAX);
         self.fail_waiters();
         self.proposals.borrow_mut().queue.clear();
         self.timers.borrow_mut().clear();
         self.timer_keys.borrow_mut().clear();
         self.rebalances.borrow_mut().clear();
-        let now = now_ms();
-        let mut fresh = self.fresh_state();
-        match for_each_record(&self.log, |record| fresh.replay(record, now)) {
-            Ok(_) => *self.state.borrow_mut() = fresh,
-            Err(e) => {
-                tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log")
-            }
-        }
+        self.history.borrow_mut().clear();
+        self.offsets.follow();
         tracing::info!(partition = self.index, leader = ?self.leader.get(), why, "coordinator partition stopped serving");
     }
 

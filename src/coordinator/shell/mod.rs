@@ -52,8 +52,8 @@ use tokio::sync::{oneshot, Notify};
 
 use super::events::GroupEvent;
 use super::group::{GroupState, Token};
-use super::rebalances::RebalanceTracker;
-use super::records::GroupRecord;
+use super::rebalances::{RebalanceHistory, RebalanceTracker};
+use super::records::{GroupRecord, StoredRecord};
 use super::replicated::{self, encode_batch, stamp_log_id, CoordinatorStateMachine};
 use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
 use crate::clock::now_ms;
@@ -61,7 +61,7 @@ use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, LogId, LogStoreConfig, Raft, RaftLogStore};
 use crate::storage::{Partition, StorageError};
 
-use self::offsets_log::for_each_record;
+pub use self::offsets_log::OffsetsLog;
 use self::proposals::{split_records, Proposals};
 
 /// How long a one-voter partition may take to elect itself and catch up at startup.
@@ -92,15 +92,14 @@ impl RaftSettings {
 /// One coordinator partition: its state machine and what runs it. Lives on its owning shard.
 pub struct PartitionRunner {
     pub index: i32,
-    pub state: RefCell<CoordinatorState>,
-    log: Rc<Partition>,
+    /// The state machine; shared with `offsets`, which applies committed entries to it.
+    pub state: Rc<RefCell<CoordinatorState>>,
+    /// The partition's `__consumer_offsets` log, as the Raft state machine reaches it.
+    offsets: Rc<OffsetsLog>,
     /// The partition's Raft group, with what decides when this node stands for election.
     election: OnceCell<Rc<Election>>,
     proposals: RefCell<Proposals>,
     node_id: u64,
-    /// Entries from this index on were proposed by this node as leader, their records already in
-    /// `state`; entries before it are replayed when applied.
-    local_from: Cell<u64>,
     /// This node leads the partition's Raft group and has applied its whole log.
     serving: Cell<bool>,
     serving_changed: Notify,
@@ -118,12 +117,11 @@ pub struct PartitionRunner {
     timer_keys: RefCell<HashMap<u64, TimerKey>>,
     next_timer: Cell<u64>,
     wake: Notify,
-    /// Log size right after the last checkpoint.
-    checkpoint_size: Cell<u64>,
-    snapshot_requested: Cell<bool>,
     expiration_interval_ms: u64,
     /// Rebalances in progress on this partition, from the state machine's events.
     rebalances: RefCell<RebalanceTracker>,
+    /// The last rebalances of each group, while this node coordinates the partition.
+    pub history: RefCell<RebalanceHistory>,
 }
 
 impl std::fmt::Debug for PartitionRunner {
@@ -145,23 +143,15 @@ impl PartitionRunner {
         raft: RaftSettings,
         network: N,
     ) -> Result<Rc<Self>, String> {
-        let now = now_ms();
-        let mut state = CoordinatorState::with_consumer_config(config, consumer);
-        let mut records = 0usize;
-        let applied = for_each_record(&log, |record| {
-            state.replay(record, now);
-            records += 1;
-        })
-        .map_err(|e| format!("cannot read its log: {e}"))?;
-        let size = log.log.borrow().size_bytes();
+        let state = CoordinatorState::with_consumer_config(config, consumer);
+        let (offsets, applied, records) = OffsetsLog::load(index, log, state).map_err(|e| format!("cannot read its log: {e}"))?;
         let runner = Rc::new(PartitionRunner {
             index,
-            state: RefCell::new(state),
-            log,
+            state: offsets.state().clone(),
+            offsets: offsets.clone(),
             election: OnceCell::new(),
             proposals: RefCell::default(),
             node_id: raft.node_id,
-            local_from: Cell::new(u64::MAX),
             serving: Cell::new(false),
             serving_changed: Notify::new(),
             leader: Cell::new(None),
@@ -174,16 +164,15 @@ impl PartitionRunner {
             timer_keys: RefCell::new(HashMap::new()),
             next_timer: Cell::new(0),
             wake: Notify::new(),
-            checkpoint_size: Cell::new(size),
-            snapshot_requested: Cell::new(false),
             expiration_interval_ms,
             rebalances: RefCell::default(),
+            history: RefCell::default(),
         });
 
         let store = RaftLogStore::open(&raft.dir, LogStoreConfig::default())
             .await
             .map_err(|e| format!("cannot open its Raft log in {}: {e}", raft.dir.display()))?;
-        let machine = CoordinatorStateMachine::open(Rc::downgrade(&runner), applied, raft.dir.clone())?;
+        let machine = CoordinatorStateMachine::open(offsets, applied, raft.dir.clone())?;
         let log_reader = store.reader();
         let group = Raft::new(raft.node_id, raft.config.clone(), network.clone(), store, machine)
             .await
@@ -194,6 +183,7 @@ impl PartitionRunner {
         tokio::task::spawn_local(runner.clone().follow_leadership());
         tokio::task::spawn_local(runner.clone().timer_loop());
         tokio::task::spawn_local(runner.clone().expiration_loop());
+        tokio::task::spawn_local(runner.clone().snapshot_loop());
         if raft.members.len() == 1 {
             let served = tokio::time::timeout(STARTUP_TIMEOUT, async {
                 while !runner.serving() {
@@ -265,9 +255,11 @@ impl PartitionRunner {
             join_ms = ?done.join_ms,
             sync_ms = ?done.sync_ms,
             total_ms = done.total_ms,
+            slowest = ?done.slowest.iter().map(|m| format!("{} {} after {} ms", m.member, m.step.name(), m.after_ms)).collect::<Vec<_>>(),
             "rebalance completed"
         );
         crate::metrics::rebalance_completed(done.kind.name(), done.cause.trigger(), done.total_ms);
+        self.history.borrow_mut().record(done);
     }
 
     /// Drops every waiter: their connections answer COORDINATOR_NOT_AVAILABLE (shutdown).

@@ -1,13 +1,94 @@
 //! The partition's `__consumer_offsets` log: committed entries applied to it, checkpoints that
 //! replace what they cover (Raft snapshots), snapshots installed from the leader, and reading it
-//! back at load.
+//! back at load. [`OffsetsLog`] is what the Raft state machine holds; the runner shares it.
 
 use super::*;
 
 /// Log growth (bytes) that triggers a checkpoint, at the least.
 const CHECKPOINT_MIN_BYTES: u64 = 64 * 1024 * 1024;
 
-impl PartitionRunner {
+/// A coordinator partition's `__consumer_offsets` log and the state it holds, as the Raft state
+/// machine reaches them: shared by the runner and its [`CoordinatorStateMachine`], so applying an
+/// entry never calls back up into the runner.
+#[derive(Debug)]
+pub struct OffsetsLog {
+    index: i32,
+    log: Rc<Partition>,
+    /// The partition's state machine, shared with the runner.
+    state: Rc<RefCell<CoordinatorState>>,
+    /// Entries from this index on were proposed by this node as leader, their records already in
+    /// `state`; entries before it are replayed when applied.
+    local_from: Cell<u64>,
+    /// Log size right after the last checkpoint.
+    checkpoint_size: Cell<u64>,
+    snapshot_requested: Cell<bool>,
+    /// Raised once the log has grown well beyond the last checkpoint: the runner asks its Raft
+    /// group for a snapshot.
+    snapshot_wanted: Notify,
+}
+
+impl OffsetsLog {
+    /// Reads the partition's log into `state`; returns the id of the last Raft entry it holds and
+    /// how many records were read.
+    pub(super) fn load(
+        index: i32,
+        log: Rc<Partition>,
+        mut state: CoordinatorState,
+    ) -> Result<(Rc<Self>, Option<LogId>, usize), StorageError> {
+        let now = now_ms();
+        let mut records = 0usize;
+        let applied = for_each_record(&log, |record| {
+            state.replay(record, now);
+            records += 1;
+        })?;
+        let size = log.log.borrow().size_bytes();
+        let offsets = OffsetsLog {
+            index,
+            log,
+            state: Rc::new(RefCell::new(state)),
+            local_from: Cell::new(u64::MAX),
+            checkpoint_size: Cell::new(size),
+            snapshot_requested: Cell::new(false),
+            snapshot_wanted: Notify::new(),
+        };
+        Ok((Rc::new(offsets), applied, records))
+    }
+
+    pub(super) fn state(&self) -> &Rc<RefCell<CoordinatorState>> {
+        &self.state
+    }
+
+    /// This node leads: the state holds every entry up to `applied`, and what follows is
+    /// proposed here (its records are in the state already).
+    pub(super) fn lead_after(&self, applied: Option<u64>) {
+        self.local_from.set(applied.map_or(0, |i| i + 1));
+    }
+
+    /// This node follows: every entry applied from now on is replayed into the state, which is
+    /// rebuilt from the log (what was applied), since it may hold records that never committed.
+    pub(super) fn follow(&self) {
+        self.local_from.set(u64::MAX);
+        let now = now_ms();
+        let mut fresh = self.fresh_state();
+        match for_each_record(&self.log, |record| fresh.replay(record, now)) {
+            Ok(_) => *self.state.borrow_mut() = fresh,
+            Err(e) => {
+                tracing::error!(partition = self.index, error = %e, "cannot reload the coordinator partition's log")
+            }
+        }
+    }
+
+    /// The largest batch a write may propose: `__consumer_offsets`' bound, within what a Raft
+    /// entry may carry.
+    pub(super) fn max_batch_bytes(&self) -> usize {
+        self.state.borrow().config.max_batch_bytes.min(crate::raft::MAX_COMMAND_BYTES)
+    }
+
+    /// Waits until the log has grown enough for a checkpoint.
+    pub(super) async fn snapshot_wanted(&self) {
+        self.snapshot_wanted.notified().await
+    }
+
     /// Applies one committed entry (from [`CoordinatorStateMachine`]): the batch goes into the
     /// partition's log stamped with its entry's id, and into the state unless this node proposed
     /// it.
@@ -28,23 +109,15 @@ impl PartitionRunner {
         Ok(())
     }
 
-    /// Asks the Raft group for a snapshot once the partition's log has grown well beyond the
-    /// last checkpoint.
-    pub(super) fn maybe_snapshot(&self) {
+    /// Asks for a snapshot once the partition's log has grown well beyond the last checkpoint.
+    fn maybe_snapshot(&self) {
         let size = self.log.log.borrow().size_bytes();
         let threshold = CHECKPOINT_MIN_BYTES.max(self.checkpoint_size.get() * 2);
         if size < threshold || self.snapshot_requested.get() {
             return;
         }
-        let Some(raft) = self.raft().cloned() else {
-            return;
-        };
         self.snapshot_requested.set(true);
-        tokio::task::spawn_local(async move {
-            if let Err(e) = raft.trigger().snapshot().await {
-                tracing::error!(error = %e, "cannot trigger a coordinator snapshot");
-            }
-        });
+        self.snapshot_wanted.notify_one();
     }
 
     /// Rewrites the partition's log as the live state at `applied` (every batch stamped with it),
@@ -64,12 +137,14 @@ impl PartitionRunner {
     }
 
     /// An empty state with this partition's settings.
-    pub(super) fn fresh_state(&self) -> CoordinatorState {
+    fn fresh_state(&self) -> CoordinatorState {
         let state = self.state.borrow();
         CoordinatorState::with_consumer_config(state.config.clone(), state.consumer.clone())
     }
 
     /// Replaces the state with a snapshot's (from the group's leader) and rewrites the log.
+    /// openraft installs snapshots only on a node that does not lead, so no request waits on the
+    /// state replaced (the runner dropped its waiters when it stopped serving).
     pub(crate) fn install(&self, data: &[u8], applied: Option<LogId>) -> Result<(), String> {
         let now = now_ms();
         let mut fresh = self.fresh_state();
@@ -86,14 +161,13 @@ impl PartitionRunner {
         }
         let records = live_records(&fresh);
         *self.state.borrow_mut() = fresh;
-        self.fail_waiters();
         self.rewrite(records, applied).map_err(|e| e.to_string())?;
         Ok(())
     }
 
     /// Writes `records` as a checkpoint in a fresh segment, fsyncs it and deletes what precedes
     /// it. An empty state still writes one batch, so the log keeps saying what was applied.
-    pub(super) fn rewrite(&self, mut records: Vec<GroupRecord>, applied: Option<LogId>) -> Result<Vec<u8>, StorageError> {
+    fn rewrite(&self, mut records: Vec<GroupRecord>, applied: Option<LogId>) -> Result<Vec<u8>, StorageError> {
         let now = now_ms();
         if records.is_empty() {
             // A tombstone of no group: replaying it changes nothing.
@@ -103,6 +177,7 @@ impl PartitionRunner {
         let mut log = self.log.log.borrow_mut();
         log.roll(now)?;
         let start = log.log_end_offset();
+        let records = records.iter().map(GroupRecord::encode).collect();
         for chunk in split_records(records, self.max_batch_bytes()) {
             let mut batch = encode_batch(&chunk, now).to_vec();
             if let Some(id) = &applied {
@@ -123,7 +198,7 @@ impl PartitionRunner {
 
 /// The records that rebuild the current durable state: every committed offset, and the metadata
 /// of every group that is not mid-rebalance (those write theirs when their rebalance completes).
-pub(super) fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
+fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
     let mut records = Vec::new();
     for group in state.groups.values() {
         if matches!(group.state, GroupState::Stable | GroupState::Empty) && group.protocol_type.is_some() {
@@ -148,7 +223,7 @@ pub(super) fn live_records(state: &CoordinatorState) -> Vec<GroupRecord> {
 
 /// Reads every record of a coordinator partition's log, oldest first; returns the id of the
 /// last Raft entry the log holds.
-pub(super) fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<Option<LogId>, StorageError> {
+fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<Option<LogId>, StorageError> {
     let log = log.log.borrow();
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();

@@ -17,11 +17,11 @@ pub(super) struct Proposals {
     pub(super) in_flight: bool,
 }
 
-/// One request's records, with the bytes they take in a batch.
+/// One request's records, encoded, with the bytes they take in a batch.
 #[derive(Debug)]
 pub(super) struct Queued {
     id: u64,
-    records: Vec<GroupRecord>,
+    records: Vec<StoredRecord>,
     bytes: usize,
 }
 
@@ -31,12 +31,12 @@ pub(super) struct Queued {
 pub(super) enum Next {
     Entry {
         ids: Vec<u64>,
-        records: Vec<GroupRecord>,
+        records: Vec<StoredRecord>,
     },
     /// One request's records, in entries of at most the bound each (a write that may be split).
     Pieces {
         id: u64,
-        pieces: Vec<Vec<GroupRecord>>,
+        pieces: Vec<Vec<StoredRecord>>,
     },
     Refuse {
         id: u64,
@@ -48,6 +48,7 @@ impl PartitionRunner {
     /// Queues records for the Raft log; the state machine hears the outcome once they are
     /// committed. One write is in flight at a time; what queues meanwhile shares the next entry.
     pub(super) fn append(self: &Rc<Self>, id: u64, records: Vec<GroupRecord>) {
+        let records: Vec<StoredRecord> = records.iter().map(GroupRecord::encode).collect();
         let bytes = crate::coordinator::records::batch_bytes(&records);
         let mut proposals = self.proposals.borrow_mut();
         proposals.queue.push_back(Queued { id, records, bytes });
@@ -57,18 +58,12 @@ impl PartitionRunner {
         }
     }
 
-    /// The largest batch a write may propose: `__consumer_offsets`' bound, within what a Raft
-    /// entry may carry.
-    pub(super) fn max_batch_bytes(&self) -> usize {
-        self.state.borrow().config.max_batch_bytes.min(crate::raft::MAX_COMMAND_BYTES)
-    }
-
     /// Takes what the next entry carries from the queue: requests in order while their records
     /// fit in one batch. A request too large for a batch alone is split where the state machine
     /// allows it, and refused where it must be atomic (before anything is proposed, so the log
     /// never holds an entry it could not apply).
     pub(super) fn next_entry(&self) -> Option<Next> {
-        let bound = self.max_batch_bytes();
+        let bound = self.offsets.max_batch_bytes();
         let mut proposals = self.proposals.borrow_mut();
         let first = proposals.queue.pop_front()?;
         if first.bytes > bound {
@@ -125,7 +120,7 @@ impl PartitionRunner {
                     tracing::warn!(
                         partition = self.index,
                         bytes,
-                        max = self.max_batch_bytes(),
+                        max = self.offsets.max_batch_bytes(),
                         "coordinator records refused: larger than one __consumer_offsets batch may be"
                     );
                     (vec![id], Err(ResponseError::RecordListTooLarge))
@@ -143,7 +138,7 @@ impl PartitionRunner {
     }
 
     /// Writes records as one entry and waits until it is committed and applied.
-    pub(super) async fn write(&self, records: &[GroupRecord]) -> Result<(), ResponseError> {
+    pub(super) async fn write(&self, records: &[StoredRecord]) -> Result<(), ResponseError> {
         let Some(raft) = self.raft() else {
             return Err(ResponseError::CoordinatorNotAvailable);
         };
@@ -173,9 +168,9 @@ pub(super) fn raft_error_code(e: &openraft::error::RaftError<u64, openraft::erro
 /// Splits records into batches of at most `max_bytes` and [`MAX_RECORDS_PER_BATCH`] records each, in
 /// order; a record larger than `max_bytes` on its own is a batch of its own (the partition's log
 /// takes any batch the Raft log committed).
-pub(super) fn split_records(records: Vec<GroupRecord>, max_bytes: usize) -> Vec<Vec<GroupRecord>> {
+pub(super) fn split_records(records: Vec<StoredRecord>, max_bytes: usize) -> Vec<Vec<StoredRecord>> {
     let empty = crate::coordinator::records::batch_bytes(&[]);
-    let mut pieces: Vec<Vec<GroupRecord>> = Vec::new();
+    let mut pieces: Vec<Vec<StoredRecord>> = Vec::new();
     let mut bytes = empty;
     for record in records {
         let size = record.batch_bytes();

@@ -61,6 +61,21 @@ impl PartitionRunner {
             if expired > 0 {
                 tracing::info!(partition = self.index, expired, "expired committed offsets");
             }
+            let state = self.state.borrow();
+            self.history.borrow_mut().retain(|g| state.groups.contains_key(g) || state.consumer_groups.contains_key(g));
+        }
+    }
+
+    /// Asks the Raft group for a snapshot whenever the partition's log wants a checkpoint.
+    pub(super) async fn snapshot_loop(self: Rc<Self>) {
+        loop {
+            self.offsets.snapshot_wanted().await;
+            let Some(raft) = self.raft().cloned() else {
+                return;
+            };
+            if let Err(e) = raft.trigger().snapshot().await {
+                tracing::error!(partition = self.index, error = %e, "cannot trigger a coordinator snapshot");
+            }
         }
     }
 }

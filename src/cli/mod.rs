@@ -1,4 +1,6 @@
-//! Command line: `corral serve` and `corral check-config`.
+//! Command line: `corral serve`, `corral check-config`, and `corral groups` (`groups.rs`).
+
+pub mod groups;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +26,8 @@ pub enum Command {
         /// The TOML file to check.
         file: PathBuf,
     },
+    /// Look at a running node's groups (through its admin listener): list, describe, history.
+    Groups(groups::GroupsArgs),
 }
 
 /// Options of `corral serve`; each flag overrides the same key of the config file.

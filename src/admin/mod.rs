@@ -1,10 +1,17 @@
-//! The admin HTTP listener: health probes and Prometheus metrics, on a thread of its own so a
-//! scrape never competes with Kafka clients for a shard.
+//! The admin HTTP listener: health probes, Prometheus metrics, the groups API and a page to look
+//! at, on a thread of its own so a scrape never competes with Kafka clients for a shard.
 //!
 //! - `GET /health/live`: 200 while the process runs.
 //! - `GET /health/ready`: 200 once every shard has opened its partitions and accepts clients;
 //!   503 before that and while shutting down.
-//! - `GET /metrics`: Prometheus text format.
+//! - `GET /metrics`: Prometheus text format, with the per-group series computed at the scrape
+//!   (`group_metrics.rs`).
+//! - `GET /v1/groups`, `GET /v1/groups/{id}`: JSON (`groups.rs`).
+//! - `GET /`: the groups page (`page.html`), which reads the groups API.
+
+pub(crate) mod client;
+mod group_metrics;
+mod groups;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,6 +27,9 @@ use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::node::Node;
+
+/// The groups page: plain HTML and a little JavaScript, no build step.
+const PAGE: &str = include_str!("page.html");
 
 /// How often histogram buckets are drained when nobody scrapes, to bound their memory.
 const UPKEEP: Duration = Duration::from_secs(5);
@@ -76,18 +86,38 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: PrometheusHandl
         Ok(response)
     };
     const TEXT: &str = "text/plain; charset=utf-8";
+    const JSON: &str = "application/json";
     if req.method() != Method::GET {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET is served\n".into());
     }
-    match req.uri().path() {
+    let scope = match req.uri().query() {
+        Some(q) if q.split('&').any(|kv| kv == "scope=local") => groups::Scope::Local,
+        _ => groups::Scope::Cluster,
+    };
+    let path = req.uri().path();
+    if let Some(id) = path.strip_prefix("/v1/groups/") {
+        let (status, body) = match percent_encoding::percent_decode_str(id).decode_utf8() {
+            Ok(id) if !id.is_empty() => groups::describe(node, id.into_owned(), scope).await,
+            _ => (StatusCode::BAD_REQUEST, serde_json::json!({ "error": "the group id is empty or not UTF-8" })),
+        };
+        return reply(status, JSON, body.to_string());
+    }
+    match path {
+        "/" => reply(StatusCode::OK, "text/html; charset=utf-8", PAGE.into()),
+        "/v1/groups" => {
+            let (status, body) = groups::list(node, scope).await;
+            reply(status, JSON, body.to_string())
+        }
         "/health/live" => reply(StatusCode::OK, TEXT, "live\n".into()),
         "/health/ready" if node.is_ready() => reply(StatusCode::OK, TEXT, "ready\n".into()),
         "/health/ready" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n".into()),
         "/metrics" => {
             // Read at the scrape, so the request path does not update a gauge per request.
             crate::metrics::queued_request_bytes(node.client_limits.held_request_bytes());
-            reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", metrics.render())
+            let mut text = metrics.render();
+            group_metrics::render(&node, &mut text).await;
+            reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
         }
-        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found; try /health/live, /health/ready, /metrics\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found; try /, /health/live, /health/ready, /metrics, /v1/groups\n".into()),
     }
 }

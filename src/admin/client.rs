@@ -1,0 +1,29 @@
+//! A GET to another node's admin listener (or, from `corral groups`, to a running node's): one
+//! HTTP/1.1 request on a fresh connection, with a deadline and a bound on the body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+
+/// The largest body read back (a group's details with every offset of a large group fit).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// `GET http://{addr}{path}`: the status and the body, or why there is none.
+pub(crate) async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(StatusCode, Bytes), String> {
+    tokio::time::timeout(timeout, exchange(addr, path)).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+}
+
+async fn exchange(addr: &str, path: &str) -> Result<(StatusCode, Bytes), String> {
+    let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("{addr}: {e}"))?;
+    tokio::spawn(connection);
+    let request =
+        Request::get(path).header(hyper::header::HOST, addr).body(Empty::<Bytes>::new()).map_err(|e| format!("bad request {path}: {e}"))?;
+    let response = sender.send_request(request).await.map_err(|e| format!("{addr}: {e}"))?;
+    let status = response.status();
+    let body = Limited::new(response.into_body(), MAX_BODY_BYTES).collect().await.map_err(|e| format!("{addr}: {e}"))?.to_bytes();
+    Ok((status, body))
+}
