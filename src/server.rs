@@ -90,10 +90,7 @@ impl Server {
         let shards = config.shard_count();
         let catalog = Catalog::load(&meta_dir, shards, config.node.id).map_err(io)?;
         crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
-        let mut node_ids: Vec<i32> = config.cluster.nodes.iter().map(|n| n.id).collect();
-        node_ids.sort_unstable();
-        let position = node_ids.iter().position(|&id| id == config.node.id).unwrap_or(0);
-        let producer_ids = ProducerIds::load(&meta_dir, position, node_ids.len()).map_err(io)?;
+        let producer_ids = ProducerIds::default();
 
         let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards).map_err(|source| StartError::Bind {
             key: "kafka.listen",

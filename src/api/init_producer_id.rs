@@ -10,6 +10,8 @@ use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResp
 use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use crate::cluster::metadata_group::WriteError;
+use crate::cluster::TopicError;
 use crate::protocol::RequestContext;
 use crate::runtime::Shard;
 
@@ -24,13 +26,26 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     } else {
         // Idempotent producers always get a new id; a bumped epoch is not needed (KIP-360 path
         // applies to transactional producers).
-        match shard.node.producer_ids.next() {
+        match crate::cluster::producer_ids::next_producer_id(&shard.node).await {
             Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
             Err(e) => {
-                tracing::error!(error = %e, "cannot persist producer id allocation");
-                response.with_error_code(ResponseError::UnknownServerError.code())
+                tracing::warn!(error = %e, "no producer id block from the metadata group");
+                response.with_error_code(allocation_error(&e).code())
             }
         }
     };
     Ok(Handled::Now(ctx.respond(&response)))
+}
+
+/// As Kafka answers when its broker has no block yet: retriable while the metadata group
+/// elects a leader or is slow to commit, so the producer asks again.
+fn allocation_error(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::NotController(_)
+        | TopicError::Write(WriteError::Timeout(_) | WriteError::NotLeader(_) | WriteError::Unreachable { .. }) => {
+            ResponseError::CoordinatorLoadInProgress
+        }
+        TopicError::ShardStopped(_) => ResponseError::CoordinatorLoadInProgress,
+        _ => ResponseError::UnknownServerError,
+    }
 }

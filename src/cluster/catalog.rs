@@ -83,6 +83,27 @@ struct StoredCatalog {
     applied: Option<LogId>,
     membership: StoredMembership,
     topics: Vec<StoredTopic>,
+    /// Absent in files written before producer ids were allocated through the metadata group.
+    #[serde(default)]
+    producer_ids: ProducerIdBlocks,
+}
+
+/// What a metadata-group snapshot holds: the replicated topics and the producer-id blocks.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CatalogSnapshotData {
+    pub topics: Vec<StoredTopic>,
+    pub producer_ids: ProducerIdBlocks,
+}
+
+impl CatalogSnapshotData {
+    /// Snapshots taken before producer ids were replicated hold only the list of topics.
+    pub fn parse(bytes: &[u8]) -> serde_json::Result<CatalogSnapshotData> {
+        let value: serde_json::Value = serde_json::from_slice(bytes)?;
+        if value.is_array() {
+            return Ok(CatalogSnapshotData { topics: serde_json::from_value(value)?, producer_ids: ProducerIdBlocks::default() });
+        }
+        serde_json::from_value(value)
+    }
 }
 
 impl StoredCatalog {
@@ -93,7 +114,7 @@ impl StoredCatalog {
         let value: serde_json::Value = serde_json::from_slice(bytes)?;
         if value.is_array() {
             let topics = serde_json::from_value(value)?;
-            return Ok(StoredCatalog { applied: None, membership: Default::default(), topics });
+            return Ok(StoredCatalog { applied: None, membership: Default::default(), topics, producer_ids: Default::default() });
         }
         serde_json::from_value(value)
     }
@@ -114,6 +135,8 @@ pub struct Catalog {
     applied: Mutex<(Option<LogId>, StoredMembership)>,
     /// Counts changes (see [`crate::coordinator::consumer::TopicView::version`]).
     version: AtomicU64,
+    /// The producer-id blocks handed out through the metadata group.
+    pub producer_ids: ReplicatedProducerIds,
 }
 
 impl Catalog {
@@ -124,11 +147,11 @@ impl Catalog {
             Ok(bytes) => StoredCatalog::parse(&bytes)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                StoredCatalog { applied: None, membership: Default::default(), topics: Vec::new() }
+                StoredCatalog { applied: None, membership: Default::default(), topics: Vec::new(), producer_ids: Default::default() }
             }
             Err(e) => return Err(e),
         };
-        let StoredCatalog { applied, membership, topics } = stored;
+        let StoredCatalog { applied, membership, topics, producer_ids } = stored;
         let applied = (applied, membership);
         let catalog = Catalog {
             by_name: DashMap::new(),
@@ -139,6 +162,7 @@ impl Catalog {
             node_id,
             applied: Mutex::new(applied),
             version: AtomicU64::new(0),
+            producer_ids: ReplicatedProducerIds(Mutex::new(producer_ids)),
         };
         for t in topics {
             let placement = catalog.placement_of(&t);
@@ -250,6 +274,11 @@ impl Catalog {
         held
     }
 
+    /// What a metadata-group snapshot holds.
+    pub fn snapshot(&self) -> CatalogSnapshotData {
+        CatalogSnapshotData { topics: self.replicated(), producer_ids: self.producer_ids.get() }
+    }
+
     /// The replicated topics (every one but `__consumer_offsets`), sorted by name.
     pub fn replicated(&self) -> Vec<StoredTopic> {
         self.stored().into_iter().filter(|t| !super::is_internal(&t.name)).collect()
@@ -275,9 +304,57 @@ impl Catalog {
 
     fn persist(&self) -> std::io::Result<()> {
         let (applied, membership) = self.applied();
-        let stored = StoredCatalog { applied, membership, topics: self.stored() };
+        let stored = StoredCatalog { applied, membership, topics: self.stored(), producer_ids: self.producer_ids.get() };
         let bytes = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
         write_atomically(&self.path, &bytes)
+    }
+}
+
+/// Producer ids in blocks, as the metadata group hands them out (applied in log order, the same
+/// on every node).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProducerIdBlocks {
+    /// The first id of the next block; 0 until the first block.
+    pub next_block: i64,
+    /// The last block each node was given, `[start, end)`.
+    pub last: BTreeMap<i32, (i64, i64)>,
+}
+
+/// Ids per block.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+/// Where blocks begin: above every id the per-node shares of earlier versions handed out
+/// (`k, k + n, ...` from 0, far below this), so an upgraded cluster never sees an id twice.
+pub const FIRST_PRODUCER_ID: i64 = 1 << 40;
+
+/// [`ProducerIdBlocks`] behind a lock, on the catalog.
+#[derive(Debug, Default)]
+pub struct ReplicatedProducerIds(Mutex<ProducerIdBlocks>);
+
+impl ReplicatedProducerIds {
+    /// Hands `node` the next block (applying an AllocateProducerIds entry).
+    pub(crate) fn allocate(&self, node: i32) -> (i64, i64) {
+        let mut blocks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let start = blocks.next_block.max(FIRST_PRODUCER_ID);
+        let end = start.saturating_add(PRODUCER_ID_BLOCK);
+        blocks.next_block = end;
+        blocks.last.insert(node, (start, end));
+        (start, end)
+    }
+
+    /// The block `node` was last given.
+    pub fn last(&self, node: i32) -> Option<(i64, i64)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).last.get(&node).copied()
+    }
+
+    pub fn get(&self) -> ProducerIdBlocks {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Takes a snapshot's blocks (the counter never moves back).
+    pub(crate) fn replace(&self, from_snapshot: ProducerIdBlocks) {
+        let mut blocks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let next_block = blocks.next_block.max(from_snapshot.next_block);
+        *blocks = ProducerIdBlocks { next_block, ..from_snapshot };
     }
 }
 

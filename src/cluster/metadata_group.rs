@@ -1,5 +1,5 @@
 //! The metadata Raft group: the cluster's topics, their configs and the node each partition is
-//! placed on.
+//! placed on, and the blocks of producer ids handed to each node.
 //!
 //! One group of every node, hosted on shard [`METADATA_SHARD`]. A topic request on any node is
 //! checked against that node's catalog, then proposed as a [`TopicChange`]: written by the
@@ -10,7 +10,7 @@
 //! that proposed a change answers its client once the change is applied there too, so the client's
 //! next Metadata request to it sees the topic.
 //!
-//! A snapshot is the catalog's replicated topics; installing one (a node that was away while the
+//! A snapshot is the catalog's replicated topics and producer-id blocks; installing one (a node that was away while the
 //! log was purged) creates, grows and deletes topics until the catalog matches it.
 
 use std::collections::{BTreeMap, HashSet};
@@ -26,7 +26,7 @@ use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{AnyError, BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use uuid::Uuid;
 
-use super::catalog::{StoredTopic, Topic};
+use super::catalog::{CatalogSnapshotData, StoredTopic, Topic};
 use super::topic_config::TopicConfig;
 use crate::node::Node;
 use crate::raft::election::{Canvass, Election};
@@ -41,7 +41,7 @@ pub const METADATA_SHARD: ShardId = 0;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One entry of the metadata group's log.
+/// One entry of the metadata group's log: a topic change, or a producer-id block.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TopicChange {
     /// A new topic; `placement` holds the node of each partition.
@@ -58,6 +58,11 @@ pub enum TopicChange {
     },
     Delete {
         id: Uuid,
+    },
+    /// The next block of producer ids, for `node` (Kafka's AllocateProducerIds): replicated, so
+    /// no id is handed out twice, whichever node asks and whatever it lost.
+    AllocateProducerIds {
+        node: i32,
     },
 }
 
@@ -80,6 +85,10 @@ impl TopicChange {
             }
             TopicChange::AddPartitions { placement, .. } => placement,
             TopicChange::Delete { .. } => return Ok(()),
+            TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
+            TopicChange::AllocateProducerIds { node } => {
+                return Err(format!("producer ids for node {node}, which is not in [cluster] nodes"))
+            }
         };
         let max = limits.per_topic;
         if placement.is_empty() || placement.len() > max.max(0) as usize {
@@ -99,13 +108,14 @@ impl TopicChange {
     /// [`TopicChange::validate`] with this node's settings (the same on every node) and its
     /// catalog (the same on every node at the same point of the log).
     pub(crate) fn validate_on(&self, node: &Node) -> Result<(), String> {
-        let held = node.catalog.partitions_per_node(self.topic_id());
+        let held = node.catalog.partitions_per_node(self.topic_id().unwrap_or_default());
         self.validate(&PartitionLimits::of(node), |n| node.brokers.contains_key(&n), |n| held.get(&n).copied().unwrap_or(0))
     }
 
-    fn topic_id(&self) -> Uuid {
+    fn topic_id(&self) -> Option<Uuid> {
         match self {
-            TopicChange::Create { id, .. } | TopicChange::AddPartitions { id, .. } | TopicChange::Delete { id } => *id,
+            TopicChange::Create { id, .. } | TopicChange::AddPartitions { id, .. } | TopicChange::Delete { id } => Some(*id),
+            TopicChange::AllocateProducerIds { .. } => None,
         }
     }
 }
@@ -359,6 +369,10 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             close_local(node, &topic).await;
             tracing::info!(topic = %topic.name, "deleted topic");
         }
+        TopicChange::AllocateProducerIds { node: to } => {
+            let (start, end) = catalog.producer_ids.allocate(to);
+            tracing::debug!(node = to, start, end, "allocated a block of producer ids");
+        }
     }
 }
 
@@ -487,7 +501,7 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
 
     async fn get_snapshot_builder(&mut self) -> CatalogSnapshot {
         let (last_log_id, last_membership) = self.node.catalog.applied();
-        let data = match serde_json::to_vec(&self.node.catalog.replicated()) {
+        let data = match serde_json::to_vec(&self.node.catalog.snapshot()) {
             Ok(data) => Rc::new(data),
             Err(e) => {
                 tracing::error!(error = %e, "cannot encode the catalog for a snapshot");
@@ -509,9 +523,10 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
 
     async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let wanted: Vec<StoredTopic> = serde_json::from_slice(&data)
+        let wanted = CatalogSnapshotData::parse(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
-        install(&self.node, &wanted, meta).await.map_err(sm_error)?;
+        self.node.catalog.producer_ids.replace(wanted.producer_ids);
+        install(&self.node, &wanted.topics, meta).await.map_err(sm_error)?;
         self.current = Some((meta.clone(), Rc::new(data)));
         Ok(())
     }

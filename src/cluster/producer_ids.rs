@@ -4,106 +4,90 @@
 //! sequence state; and in a cluster no two nodes may hand out the same id, or two producers that
 //! started on different nodes would share sequence state on a partition both write.
 //!
-//! Each node draws from its own share of the id space: with `n` nodes in `[cluster] nodes` (a list
-//! that never changes for a cluster), the node at position `k` of the sorted list hands out
-//! `k, k + n, k + 2n, ...`. Kafka hands out blocks from its controller's log (AllocateProducerIds)
-//! because its broker ids come and go; corral's membership is static, so each node's share is
-//! fixed, and InitProducerId needs no round trip and keeps working while the metadata group
-//! elects a leader. A single node's share is every id, as before.
-//!
-//! Within its share a node counts in blocks: the end of the current block is persisted before
-//! any id from it is used, so after a crash allocation resumes past every id ever issued.
+//! As Kafka does with AllocateProducerIds, a node takes ids from a block it was given through the
+//! metadata group: the block is an entry of the replicated log ([`TopicChange::AllocateProducerIds`]),
+//! so blocks never overlap, whichever node asks, and a node that restarts asks for a fresh block
+//! rather than trusting anything it kept itself. The ids left in a block when a node stops are
+//! never used.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::storage::log::write_atomically;
+use super::metadata_group::{TopicChange, WriteError};
+use super::TopicError;
+use crate::node::Node;
 
-const BLOCK: i64 = 1000;
-
-#[derive(Debug)]
-struct Block {
-    /// Counts within this node's share: the id is `next * stride + position`.
-    next: i64,
-    end: i64,
-}
-
-/// Shared by all shards; allocation takes a short lock.
-#[derive(Debug)]
+/// The block this node hands ids out of. Shared by all shards.
+#[derive(Debug, Default)]
 pub struct ProducerIds {
-    path: PathBuf,
-    block: Mutex<Block>,
-    /// This node's position among the cluster's nodes, and how many there are.
-    position: i64,
-    stride: i64,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Stored {
-    next_block_start: i64,
+    /// The next id and the end of the block, `None` before the first block.
+    block: Mutex<Option<(i64, i64)>>,
+    /// One block asked for at a time.
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl ProducerIds {
-    /// `position` of `nodes`: this node's place in the sorted list of the cluster's nodes (0 of 1
-    /// on a single node).
-    pub fn load(meta_dir: &Path, position: usize, nodes: usize) -> std::io::Result<ProducerIds> {
-        let path = meta_dir.join("producer_ids.json");
-        let start = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice::<Stored>(&bytes)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?
-                    .next_block_start
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e),
-        };
-        let block = Mutex::new(Block { next: start, end: start });
-        Ok(ProducerIds { path, block, position: position as i64, stride: nodes.max(1) as i64 })
-    }
-
-    /// A producer id never handed out before, by this node or any other of the cluster.
-    pub fn next(&self) -> std::io::Result<i64> {
+    /// The next id of the current block, if any is left.
+    fn take(&self) -> Option<i64> {
         let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
-        if block.next == block.end {
-            let end = block.end + BLOCK;
-            let bytes = serde_json::to_vec(&Stored { next_block_start: end }).map_err(std::io::Error::other)?;
-            write_atomically(&self.path, &bytes)?;
-            block.end = end;
+        let (next, end) = block.as_mut()?;
+        if *next >= *end {
+            return None;
         }
-        let id = block.next.checked_mul(self.stride).and_then(|i| i.checked_add(self.position));
-        let id = id.ok_or_else(|| std::io::Error::other("the producer id space of this node is used up"))?;
-        block.next += 1;
-        Ok(id)
+        *next += 1;
+        Some(*next - 1)
     }
+}
+
+/// A producer id no node of the cluster has handed out before. Asks the metadata group for a
+/// block when this node's is used up (the first time after a start, and every
+/// [`super::catalog::PRODUCER_ID_BLOCK`] ids).
+pub async fn next_producer_id(node: &Arc<Node>) -> Result<i64, TopicError> {
+    let ids = &node.producer_ids;
+    if let Some(id) = ids.take() {
+        return Ok(id);
+    }
+    let _asking = ids.asking.lock().await;
+    if let Some(id) = ids.take() {
+        return Ok(id);
+    }
+    super::propose(node, TopicChange::AllocateProducerIds { node: node.node_id }).await?;
+    // Applied here before `propose` returns; the last block given to this node is the one just
+    // asked for (this node asks one at a time).
+    let missing = || TopicError::Write(WriteError::Failed("the producer id block was not applied here".into()));
+    let block = node.catalog.producer_ids.last(node.node_id).ok_or_else(missing)?;
+    tracing::debug!(start = block.0, end = block.1, "took a block of producer ids");
+    *ids.block.lock().unwrap_or_else(|e| e.into_inner()) = Some(block);
+    ids.take().ok_or_else(missing)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::catalog::{ReplicatedProducerIds, FIRST_PRODUCER_ID, PRODUCER_ID_BLOCK};
 
     #[test]
-    fn never_repeats_across_restarts() {
-        let dir = tempfile::tempdir().unwrap();
-        let ids = ProducerIds::load(dir.path(), 0, 1).unwrap();
-        let first: Vec<i64> = (0..5).map(|_| ids.next().unwrap()).collect();
-        assert_eq!(first, vec![0, 1, 2, 3, 4]);
-        drop(ids);
-        let ids = ProducerIds::load(dir.path(), 0, 1).unwrap();
-        assert_eq!(ids.next().unwrap(), BLOCK);
+    fn blocks_never_overlap_and_ids_come_from_the_block_in_order() {
+        let replicated = ReplicatedProducerIds::default();
+        let first = replicated.allocate(0);
+        let second = replicated.allocate(1);
+        let third = replicated.allocate(0);
+        assert_eq!(first, (FIRST_PRODUCER_ID, FIRST_PRODUCER_ID + PRODUCER_ID_BLOCK));
+        assert_eq!((second.0, third.0), (first.1, second.1));
+        assert_eq!(replicated.last(0), Some(third));
+
+        let ids = ProducerIds::default();
+        assert_eq!(ids.take(), None, "no block before the first allocation");
+        *ids.block.lock().unwrap() = Some((10, 12));
+        assert_eq!((ids.take(), ids.take(), ids.take()), (Some(10), Some(11), None));
     }
 
     #[test]
-    fn nodes_of_a_cluster_never_hand_out_the_same_id() {
-        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        let mut seen = std::collections::HashSet::new();
-        for round in 0..2 {
-            let nodes: Vec<ProducerIds> = dirs.iter().enumerate().map(|(k, d)| ProducerIds::load(d.path(), k, 3).unwrap()).collect();
-            for _ in 0..(BLOCK as usize + 5) {
-                for ids in &nodes {
-                    let id = ids.next().unwrap();
-                    assert!(seen.insert(id), "id {id} handed out twice (round {round})");
-                }
-            }
-        }
+    fn a_snapshot_never_moves_the_counter_back() {
+        let replicated = ReplicatedProducerIds::default();
+        let (_, end) = replicated.allocate(0);
+        let mut old = replicated.get();
+        old.next_block = 5;
+        replicated.replace(old);
+        assert_eq!(replicated.allocate(1).0, end);
     }
 }

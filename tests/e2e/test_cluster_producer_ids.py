@@ -1,6 +1,7 @@
 """Producer ids are unique across a 3-node cluster: InitProducerId on every node hands out ids no
 other node hands out, so idempotent producers that start on different nodes and write one
-partition never share sequence state. A restarted node goes on past every id it issued."""
+partition never share sequence state. Ids come in blocks handed out through the metadata group:
+a restarted node takes a fresh block, past every block any node was given."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import struct
 import kafkawire as kw
 
 API_INIT_PRODUCER_ID = 22
+# Where the metadata group's blocks begin (src/cluster/catalog.rs FIRST_PRODUCER_ID).
+FIRST_ID = 1 << 40
 
 
 def init_producer_id(port: int, corr: int) -> int:
@@ -31,6 +34,11 @@ def test_producer_ids_never_collide_across_nodes(cluster):
             issued.append((i, init_producer_id(cluster.kafka[i], 100 * round_ + i)))
     ids = [pid for _, pid in issued]
     assert len(set(ids)) == len(ids), f"a producer id was handed out twice: {issued}"
+    assert min(ids) >= FIRST_ID, f"ids below the first block: {sorted(ids)[:3]}"
+    # Each node took one block and counts up within it.
+    for i in range(cluster.size):
+        mine = [pid for n, pid in issued if n == i]
+        assert mine == list(range(mine[0], mine[0] + len(mine))), f"node {i}: {mine}"
     cluster.nodes[1].restart()
     again = [init_producer_id(cluster.kafka[1], 900 + n) for n in range(3)]
-    assert not set(again) & set(ids), "a restarted node handed out an id again"
+    assert min(again) > max(ids), f"a restarted node took no fresh block: {again} after {sorted(ids)}"
