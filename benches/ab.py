@@ -68,11 +68,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, name, binary, work):
+    def __init__(self, name, binary, work, extra_config=""):
         self.name, self.dir = name, tempfile.mkdtemp(prefix=f"{name}-", dir=work)
         cfg = os.path.join(self.dir, "corral.toml")
         with open(cfg, "w") as f:
-            f.write(CONFIG)
+            f.write(CONFIG + extra_config.replace("\\n", "\n"))
         kafka, admin = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{kafka}"
         self.log = open(os.path.join(self.dir, "server.log"), "w")
@@ -169,6 +169,8 @@ def main():
     p.add_argument("--fetch-bytes", default="512MiB", help="size of the partition the fetch scenario reads")
     p.add_argument("--groups", type=int, default=1000, help="idle groups of 5 members (and as many committers)")
     p.add_argument("--work-dir", default=tempfile.gettempdir(), help="on the disk to measure, not a tmpfs")
+    p.add_argument("--base-config", default="", help="TOML appended to the base's config (e.g. '[admin]\\nmetrics = false\\n')")
+    p.add_argument("--cand-config", default="", help="TOML appended to the candidate's config")
     p.add_argument("--scenarios", default="produce,fetch,groups",
                    help="comma-separated subset of produce, fetch, groups (groups: heartbeats and commits)")
     args = p.parse_args()
@@ -183,7 +185,7 @@ def main():
             # Swap which side goes first every round, so a drift in the machine's speed does not
             # favour one side.
             order = ["base", "cand"] if rnd % 2 else ["cand", "base"]
-            live = {n: Server(n, getattr(args, n), work) for n in order}
+            live = {n: Server(n, getattr(args, n), work, getattr(args, f"{n}_config")) for n in order}
             if fetch in chosen:
                 for s in live.values():
                     # Untimed: the partition the fetch scenario reads (and re-reads from its start).

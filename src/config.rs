@@ -94,6 +94,8 @@ pub enum FetchSend {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    /// Record and serve metrics; off, every metric update is a no-op and `/metrics` is 404.
+    pub metrics: bool,
     /// Groups given their own label in the per-group series of `/metrics`, in group-id order;
     /// the others are summed under `consumergroup="__other__"`.
     pub metrics_max_groups: usize,
@@ -258,7 +260,12 @@ impl Default for KafkaConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9095)), metrics_max_groups: 1_000, rebalance_storm_window_minutes: 10 }
+        AdminConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9095)),
+            metrics: true,
+            metrics_max_groups: 1_000,
+            rebalance_storm_window_minutes: 10,
+        }
     }
 }
 

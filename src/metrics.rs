@@ -33,6 +33,9 @@ pub const PRODUCER_STATES_EVICTED: &str = "corral_producer_states_evicted_total"
 pub const LIMITS_REACHED: &str = "corral_limits_reached_total";
 pub const REBALANCES: &str = "corral_rebalances_total";
 pub const REBALANCE_DURATION: &str = "corral_rebalance_duration_seconds";
+pub const REBALANCE_PHASE_DURATION: &str = "corral_rebalance_phase_duration_seconds";
+pub const COORDINATOR_WRITE_DURATION: &str = "corral_coordinator_write_duration_seconds";
+pub const RAFT_LEADER_CHANGES: &str = "corral_raft_leader_changes_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -51,6 +54,10 @@ pub fn install() -> PrometheusHandle {
                 .expect("buckets are not empty")
                 .set_buckets_for_metric(Matcher::Full(REBALANCE_DURATION.to_string()), REBALANCE_BUCKETS)
                 .expect("buckets are not empty")
+                .set_buckets_for_metric(Matcher::Full(REBALANCE_PHASE_DURATION.to_string()), REBALANCE_BUCKETS)
+                .expect("buckets are not empty")
+                .set_buckets_for_metric(Matcher::Full(COORDINATOR_WRITE_DURATION.to_string()), LATENCY_BUCKETS)
+                .expect("buckets are not empty")
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
             describe();
@@ -60,8 +67,8 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
-    describe_counter!(REQUESTS, "Requests completed, by API");
-    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API");
+    describe_counter!(REQUESTS, "Requests completed, by API and version");
+    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API and version");
     describe_counter!(REQUESTS_REJECTED, "Requests that closed their connection (malformed, unknown API, unsupported version)");
     describe_gauge!(CONNECTIONS_ACTIVE, "Open client connections");
     describe_counter!(CONNECTIONS_ACCEPTED, "Client connections accepted");
@@ -92,6 +99,20 @@ fn describe() {
         Unit::Seconds,
         "Time from a rebalance's start until every member held its assignment, by group protocol"
     );
+    describe_histogram!(
+        REBALANCE_PHASE_DURATION,
+        Unit::Seconds,
+        "Time each phase of a classic rebalance took (phase: join, until every member rejoined; sync, from there to Stable)"
+    );
+    describe_histogram!(
+        COORDINATOR_WRITE_DURATION,
+        Unit::Seconds,
+        "Time from proposing a coordinator partition's records to their Raft entry being committed and applied"
+    );
+    describe_counter!(
+        RAFT_LEADER_CHANGES,
+        "Times the leader of a Raft group changed as this node saw it (raft_group: a coordinator partition, or metadata)"
+    );
     describe_counter!(LIMITS_REACHED, "Requests refused because they would pass a configured limit, by the limit's config key");
     describe_counter!(
         PRODUCER_STATES_EVICTED,
@@ -103,7 +124,7 @@ fn describe() {
 #[derive(Debug)]
 pub struct ShardMetrics {
     shard: String,
-    per_api: RefCell<HashMap<i16, (Counter, Histogram)>>,
+    per_api: RefCell<HashMap<(i16, i16), (Counter, Histogram)>>,
     connections_active: Gauge,
     connections_accepted: Counter,
     bytes_received: Counter,
@@ -129,13 +150,13 @@ impl ShardMetrics {
         }
     }
 
-    pub fn request_completed(&self, api: ApiKey, elapsed: Duration) {
+    pub fn request_completed(&self, api: ApiKey, version: i16, elapsed: Duration) {
         let mut per_api = self.per_api.borrow_mut();
-        let (count, latency) = per_api.entry(api as i16).or_insert_with(|| {
-            let name = format!("{api:?}");
+        let (count, latency) = per_api.entry((api as i16, version)).or_insert_with(|| {
+            let (name, version) = (format!("{api:?}"), version.to_string());
             (
-                counter!(REQUESTS, "api" => name.clone(), "shard" => self.shard.clone()),
-                histogram!(REQUEST_DURATION, "api" => name, "shard" => self.shard.clone()),
+                counter!(REQUESTS, "api" => name.clone(), "version" => version.clone(), "shard" => self.shard.clone()),
+                histogram!(REQUEST_DURATION, "api" => name, "version" => version, "shard" => self.shard.clone()),
             )
         });
         count.increment(1);
@@ -200,10 +221,25 @@ pub fn coordinator_write_refused() {
     counter!(COORDINATOR_WRITES_REFUSED).increment(1);
 }
 
-/// A rebalance of a `kind` group, started by `trigger`, ended after `total_ms`.
-pub fn rebalance_completed(kind: &'static str, trigger: &'static str, total_ms: i64) {
+/// A rebalance of a `kind` group, started by `trigger`, ended after `total_ms` (classic groups:
+/// its join and sync phases took `phases_ms`).
+pub fn rebalance_completed(kind: &'static str, trigger: &'static str, total_ms: i64, phases_ms: Option<(i64, i64)>) {
     counter!(REBALANCES, "kind" => kind, "trigger" => trigger).increment(1);
     histogram!(REBALANCE_DURATION, "kind" => kind).record(total_ms.max(0) as f64 / 1000.0);
+    if let Some((join, sync)) = phases_ms {
+        histogram!(REBALANCE_PHASE_DURATION, "kind" => kind, "phase" => "join").record(join.max(0) as f64 / 1000.0);
+        histogram!(REBALANCE_PHASE_DURATION, "kind" => kind, "phase" => "sync").record(sync.max(0) as f64 / 1000.0);
+    }
+}
+
+/// A coordinator partition's write committed after `elapsed`.
+pub fn coordinator_write_committed(elapsed: Duration) {
+    histogram!(COORDINATOR_WRITE_DURATION).record(elapsed.as_secs_f64());
+}
+
+/// The leader of Raft group `raft_group` changed.
+pub fn raft_leader_changed(raft_group: String) {
+    counter!(RAFT_LEADER_CHANGES, "raft_group" => raft_group).increment(1);
 }
 
 /// A request refused by the limit `key` (its config key).
@@ -223,5 +259,99 @@ pub struct ConnectionGuard(Gauge);
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.0.decrement(1.0);
+    }
+}
+
+/// Series computed at each scrape from the state of the coordinators, the Raft groups and the
+/// mesh (so nothing is left behind when a group goes), rendered by the admin listener after what
+/// the recorder holds. Their names, types and help texts live here with the rest.
+pub mod scraped {
+    use std::fmt::Write;
+
+    /// One family of the text format.
+    #[derive(Debug)]
+    pub struct Family {
+        pub name: &'static str,
+        pub kind: &'static str,
+        pub help: &'static str,
+    }
+
+    const fn gauge(name: &'static str, help: &'static str) -> Family {
+        Family { name, kind: "gauge", help }
+    }
+
+    // Per group, with kafka_exporter's names and labels (consumergroup, topic, partition).
+    pub const GROUP_MEMBERS: Family = gauge("kafka_consumergroup_members", "Members of the consumer group.");
+    pub const GROUP_CURRENT_OFFSET: Family =
+        gauge("kafka_consumergroup_current_offset", "Committed offset of the consumer group in the partition.");
+    pub const GROUP_CURRENT_OFFSET_SUM: Family =
+        gauge("kafka_consumergroup_current_offset_sum", "Sum of the committed offsets of the consumer group in the topic.");
+    pub const GROUP_LAG: Family =
+        gauge("kafka_consumergroup_lag", "Log end offset minus committed offset, in the partition (where this node holds its log).");
+    pub const GROUP_LAG_SUM: Family = gauge("kafka_consumergroup_lag_sum", "Lag of the consumer group summed over the topic's partitions.");
+    // Per group, corral's own.
+    pub const GROUP_GENERATION: Family = gauge("corral_group_generation", "Generation (classic) or group epoch (KIP-848) of the group.");
+    pub const GROUP_REBALANCES: Family = Family {
+        name: "corral_group_rebalances_total",
+        kind: "counter",
+        help: "Rebalances of the group by trigger, since this node began coordinating it.",
+    };
+    pub const GROUP_REBALANCES_RECENT: Family = gauge(
+        "corral_group_rebalances_recent",
+        "Rebalances of the group that ended within admin.rebalance_storm_window_minutes (at most the 16 kept): a rebalance storm.",
+    );
+    pub const GROUPS: Family = gauge("corral_groups", "Groups this node coordinates, by type and state.");
+    pub const GROUPS_UNLABELLED: Family =
+        gauge("corral_metrics_groups_unlabelled", "Groups summed under consumergroup=\"__other__\" (beyond admin.metrics_max_groups).");
+    // Per Raft group (raft_group: a coordinator partition's index, or metadata).
+    pub const RAFT_TERM: Family = gauge("corral_raft_term", "Current term of the Raft group on this node.");
+    pub const RAFT_LEADER: Family = gauge("corral_raft_leader", "The Raft group's leader as this node sees it (-1: none).");
+    pub const RAFT_APPLY_LAG: Family = gauge("corral_raft_apply_lag", "Entries in this node's log of the Raft group not applied yet.");
+    // Per shard.
+    pub const MESH_QUEUE_DEPTH: Family = gauge("corral_mesh_queue_depth", "Cross-shard jobs waiting in the shard's inbox.");
+
+    pub fn family(out: &mut String, f: &Family) {
+        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
+    }
+
+    pub fn sample(out: &mut String, f: &Family, labels: &[(&str, &str)], value: i64) {
+        out.push_str(f.name);
+        if !labels.is_empty() {
+            out.push('{');
+            for (i, (key, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{key}=\"");
+                escape_label(out, v);
+                out.push('"');
+            }
+            out.push('}');
+        }
+        let _ = writeln!(out, " {value}");
+    }
+
+    /// A label value as the text format wants it: backslash, double quote and newline escaped.
+    fn escape_label(out: &mut String, value: &str) {
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn label_values_are_escaped() {
+            let mut out = String::new();
+            sample(&mut out, &GROUP_MEMBERS, &[("consumergroup", "a\"b\\c\nd")], 1);
+            assert_eq!(out, "kafka_consumergroup_members{consumergroup=\"a\\\"b\\\\c\\nd\"} 1\n");
+        }
     }
 }

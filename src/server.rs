@@ -71,7 +71,8 @@ impl Server {
     /// Starts a node and returns once it serves clients.
     pub fn start(config: Config) -> Result<Server, StartError> {
         config.validate()?;
-        let metrics = crate::metrics::install();
+        // Without a recorder every metric update is a no-op (what `admin.metrics = false` is for).
+        let metrics = config.admin.metrics.then(crate::metrics::install);
         let data_dir = config.storage.data_dir.clone();
         let io = |source| StartError::DataDir { path: data_dir.clone(), source };
         let meta_dir = data_dir.join("meta");

@@ -7,10 +7,10 @@
 //! series), so the number of series stays bounded however many groups there are.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use crate::clock::now_ms;
 use crate::coordinator::inspect::{self, Coordinator, OffsetView};
+use crate::metrics::scraped::*;
 use crate::node::Node;
 use crate::runtime::shard::Shard;
 
@@ -77,72 +77,62 @@ fn write_series(out: &mut String, labelled: &[GroupRow], other: &[GroupRow]) {
     for r in labelled.iter().chain(other) {
         *by_state.entry((r.kind, r.state)).or_default() += 1;
     }
-    family(out, "corral_groups", "gauge", "Groups this node coordinates, by type and state.");
+    family(out, &GROUPS);
     for ((kind, state), n) in &by_state {
-        sample(out, "corral_groups", &[("type", kind), ("state", state)], *n as i64);
+        sample(out, &GROUPS, &[("type", kind), ("state", state)], *n as i64);
     }
-    family(
-        out,
-        "corral_metrics_groups_unlabelled",
-        "gauge",
-        "Groups summed under consumergroup=\"__other__\" (beyond admin.metrics_max_groups).",
-    );
-    sample(out, "corral_metrics_groups_unlabelled", &[], other.len() as i64);
+    family(out, &GROUPS_UNLABELLED);
+    sample(out, &GROUPS_UNLABELLED, &[], other.len() as i64);
 
-    family(out, "kafka_consumergroup_members", "gauge", "Members of the consumer group.");
+    family(out, &GROUP_MEMBERS);
     for r in labelled {
-        sample(out, "kafka_consumergroup_members", &[("consumergroup", &r.group)], r.members as i64);
+        sample(out, &GROUP_MEMBERS, &[("consumergroup", &r.group)], r.members as i64);
     }
     if !other.is_empty() {
-        sample(out, "kafka_consumergroup_members", &[("consumergroup", OTHER)], other.iter().map(|r| r.members as i64).sum());
+        sample(out, &GROUP_MEMBERS, &[("consumergroup", OTHER)], other.iter().map(|r| r.members as i64).sum());
     }
 
-    family(out, "kafka_consumergroup_current_offset", "gauge", "Committed offset of the consumer group in the partition.");
+    family(out, &GROUP_CURRENT_OFFSET);
     for r in labelled {
         for o in &r.offsets {
             let labels = [("consumergroup", r.group.as_str()), ("topic", &o.topic), ("partition", &o.partition.to_string())];
-            sample(out, "kafka_consumergroup_current_offset", &labels, o.committed_offset);
+            sample(out, &GROUP_CURRENT_OFFSET, &labels, o.committed_offset);
         }
     }
-    family(out, "kafka_consumergroup_current_offset_sum", "gauge", "Sum of the committed offsets of the consumer group in the topic.");
+    family(out, &GROUP_CURRENT_OFFSET_SUM);
     for r in labelled {
         for (topic, sum) in per_topic(&r.offsets, |o| Some(o.committed_offset)) {
-            sample(out, "kafka_consumergroup_current_offset_sum", &[("consumergroup", &r.group), ("topic", topic)], sum);
+            sample(out, &GROUP_CURRENT_OFFSET_SUM, &[("consumergroup", &r.group), ("topic", topic)], sum);
         }
     }
-    family(
-        out,
-        "kafka_consumergroup_lag",
-        "gauge",
-        "Log end offset minus committed offset, in the partition (where this node knows the end).",
-    );
+    family(out, &GROUP_LAG);
     for r in labelled {
         for o in &r.offsets {
             if let Some(lag) = o.lag {
                 let labels = [("consumergroup", r.group.as_str()), ("topic", &o.topic), ("partition", &o.partition.to_string())];
-                sample(out, "kafka_consumergroup_lag", &labels, lag);
+                sample(out, &GROUP_LAG, &labels, lag);
             }
         }
     }
-    family(out, "kafka_consumergroup_lag_sum", "gauge", "Lag of the consumer group summed over the topic's partitions.");
+    family(out, &GROUP_LAG_SUM);
     for r in labelled {
         for (topic, sum) in per_topic(&r.offsets, |o| o.lag) {
-            sample(out, "kafka_consumergroup_lag_sum", &[("consumergroup", &r.group), ("topic", topic)], sum);
+            sample(out, &GROUP_LAG_SUM, &[("consumergroup", &r.group), ("topic", topic)], sum);
         }
     }
     let other_offsets: Vec<OffsetView> = other.iter().flat_map(|r| r.offsets.iter().cloned()).collect();
     for (topic, sum) in per_topic(&other_offsets, |o| o.lag) {
-        sample(out, "kafka_consumergroup_lag_sum", &[("consumergroup", OTHER), ("topic", topic)], sum);
+        sample(out, &GROUP_LAG_SUM, &[("consumergroup", OTHER), ("topic", topic)], sum);
     }
 
-    family(out, "corral_group_generation", "gauge", "Generation (classic) or group epoch (KIP-848) of the group.");
+    family(out, &GROUP_GENERATION);
     for r in labelled {
-        sample(out, "corral_group_generation", &[("consumergroup", &r.group), ("type", r.kind)], r.generation as i64);
+        sample(out, &GROUP_GENERATION, &[("consumergroup", &r.group), ("type", r.kind)], r.generation as i64);
     }
-    family(out, "corral_group_rebalances_total", "counter", "Rebalances of the group by trigger, since this node began coordinating it.");
+    family(out, &GROUP_REBALANCES);
     for r in labelled {
         for (trigger, n) in &r.rebalances {
-            sample(out, "corral_group_rebalances_total", &[("consumergroup", &r.group), ("trigger", trigger)], *n as i64);
+            sample(out, &GROUP_REBALANCES, &[("consumergroup", &r.group), ("trigger", trigger)], *n as i64);
         }
     }
     let mut other_rebalances: BTreeMap<&str, u64> = BTreeMap::new();
@@ -150,19 +140,14 @@ fn write_series(out: &mut String, labelled: &[GroupRow], other: &[GroupRow]) {
         *other_rebalances.entry(trigger).or_default() += n;
     }
     for (trigger, n) in &other_rebalances {
-        sample(out, "corral_group_rebalances_total", &[("consumergroup", OTHER), ("trigger", trigger)], *n as i64);
+        sample(out, &GROUP_REBALANCES, &[("consumergroup", OTHER), ("trigger", trigger)], *n as i64);
     }
-    family(
-        out,
-        "corral_group_rebalances_recent",
-        "gauge",
-        "Rebalances of the group that ended within admin.rebalance_storm_window_minutes (at most the 16 kept): a rebalance storm.",
-    );
+    family(out, &GROUP_REBALANCES_RECENT);
     for r in labelled {
-        sample(out, "corral_group_rebalances_recent", &[("consumergroup", &r.group)], r.recent_rebalances as i64);
+        sample(out, &GROUP_REBALANCES_RECENT, &[("consumergroup", &r.group)], r.recent_rebalances as i64);
     }
     if !other.is_empty() {
-        sample(out, "corral_group_rebalances_recent", &[("consumergroup", OTHER)], other.iter().map(|r| r.recent_rebalances as i64).sum());
+        sample(out, &GROUP_REBALANCES_RECENT, &[("consumergroup", OTHER)], other.iter().map(|r| r.recent_rebalances as i64).sum());
     }
 }
 
@@ -176,39 +161,6 @@ fn per_topic(offsets: &[OffsetView], value: impl Fn(&OffsetView) -> Option<i64>)
         }
     }
     sums
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
-        for (i, (key, v)) in labels.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{key}=\"");
-            escape_label(out, v);
-            out.push('"');
-        }
-        out.push('}');
-    }
-    let _ = writeln!(out, " {value}");
-}
-
-/// A label value as the text format wants it: backslash, double quote and newline escaped.
-fn escape_label(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -248,7 +200,10 @@ mod tests {
         write_series(&mut out, &rows[..1], &rows[1..]);
         assert!(out.contains("kafka_consumergroup_lag{consumergroup=\"a\",topic=\"t\",partition=\"1\"} 1\n"));
         assert!(out.contains("kafka_consumergroup_lag_sum{consumergroup=\"a\",topic=\"t\"} 2\n"));
-        assert!(!out.contains("kafka_consumergroup_lag_sum{consumergroup=\"a\",topic=\"u\"}"), "no lag sum of a topic whose lag is unknown");
+        assert!(
+            !out.contains("kafka_consumergroup_lag_sum{consumergroup=\"a\",topic=\"u\"}"),
+            "no lag sum of a topic whose lag is unknown"
+        );
         assert!(out.contains("kafka_consumergroup_current_offset_sum{consumergroup=\"a\",topic=\"u\"} 5\n"));
         assert!(out.contains("kafka_consumergroup_members{consumergroup=\"__other__\"} 8\n"));
         assert!(out.contains("kafka_consumergroup_lag_sum{consumergroup=\"__other__\",topic=\"t\"} 10\n"));
@@ -258,12 +213,5 @@ mod tests {
         for name in ["b", "c"] {
             assert!(!out.contains(&format!("consumergroup=\"{name}\"")), "{name} has no series of its own");
         }
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        let mut out = String::new();
-        sample(&mut out, "m", &[("consumergroup", "a\"b\\c\nd")], 1);
-        assert_eq!(out, "m{consumergroup=\"a\\\"b\\\\c\\nd\"} 1\n");
     }
 }

@@ -4,14 +4,15 @@
 //! - `GET /health/live`: 200 while the process runs.
 //! - `GET /health/ready`: 200 once every shard has opened its partitions and accepts clients;
 //!   503 before that and while shutting down.
-//! - `GET /metrics`: Prometheus text format, with the per-group series computed at the scrape
-//!   (`group_metrics.rs`).
+//! - `GET /metrics`: Prometheus text format, with the per-group, Raft and mesh series computed at
+//!   the scrape (`group_metrics.rs`, `raft_metrics.rs`).
 //! - `GET /v1/groups`, `GET /v1/groups/{id}`: JSON (`groups.rs`).
 //! - `GET /`: the groups page (`page.html`), which reads the groups API.
 
 pub(crate) mod client;
 mod group_metrics;
 mod groups;
+mod raft_metrics;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ const UPKEEP: Duration = Duration::from_secs(5);
 pub(crate) fn start(
     node: Arc<Node>,
     listener: std::net::TcpListener,
-    metrics: PrometheusHandle,
+    metrics: Option<PrometheusHandle>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     std::thread::Builder::new().name("admin".into()).spawn(move || {
@@ -52,7 +53,7 @@ pub(crate) fn start(
     })
 }
 
-async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: PrometheusHandle) {
+async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: Option<PrometheusHandle>) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -64,7 +65,7 @@ async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: Promet
     loop {
         tokio::select! {
             _ = node.shutdown.cancelled() => return,
-            _ = upkeep.tick() => metrics.run_upkeep(),
+            _ = upkeep.tick() => if let Some(m) = &metrics { m.run_upkeep() },
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let node = node.clone();
@@ -78,7 +79,7 @@ async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: Promet
     }
 }
 
-async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: PrometheusHandle) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: Option<PrometheusHandle>) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &'static str, body: String| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
@@ -112,10 +113,14 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: PrometheusHandl
         "/health/ready" if node.is_ready() => reply(StatusCode::OK, TEXT, "ready\n".into()),
         "/health/ready" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n".into()),
         "/metrics" => {
+            let Some(metrics) = metrics else {
+                return reply(StatusCode::NOT_FOUND, TEXT, "metrics are off (admin.metrics = false)\n".into());
+            };
             // Read at the scrape, so the request path does not update a gauge per request.
             crate::metrics::queued_request_bytes(node.client_limits.held_request_bytes());
             let mut text = metrics.render();
             group_metrics::render(&node, &mut text).await;
+            raft_metrics::render(&node, &mut text).await;
             reply(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", text)
         }
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found; try /, /health/live, /health/ready, /metrics, /v1/groups\n".into()),

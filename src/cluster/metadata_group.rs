@@ -233,7 +233,9 @@ impl MetadataGroup {
         let mut metrics = self.raft.metrics();
         loop {
             let leader = metrics.borrow().current_leader.map_or(-1, |l| l as i64);
-            self.node.metadata_leader.store(leader, Ordering::Release);
+            if self.node.metadata_leader.swap(leader, Ordering::AcqRel) != leader && leader >= 0 {
+                crate::metrics::raft_leader_changed("metadata".into());
+            }
             if metrics.changed().await.is_err() {
                 self.node.metadata_leader.store(-1, Ordering::Release);
                 return;

@@ -34,7 +34,8 @@ use crate::runtime::Shard;
 
 /// A response the writer is waiting for.
 struct Pending {
-    api: Option<ApiKey>,
+    /// The request's API key and version, for its metrics.
+    api: Option<(ApiKey, i16)>,
     started: Instant,
     reply: PendingReply,
     /// The request's bytes of the node's budget, given back once the response is written.
@@ -108,7 +109,9 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
         let held = shard.node.client_limits.hold_request(frame.len() + 4).await;
         let started = Instant::now();
         active_at = started;
-        let api = frame.get(0..2).and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
+        let api = frame
+            .get(0..4)
+            .and_then(|h| Some((ApiKey::try_from(i16::from_be_bytes([h[0], h[1]])).ok()?, i16::from_be_bytes([h[2], h[3]]))));
         let (reply, close) = match api::dispatch(&shard, frame, peer).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
@@ -216,8 +219,8 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
             break;
         }
         shard.metrics.bytes_sent(written);
-        if let Some(api) = pending.api {
-            shard.metrics.request_completed(api, pending.started.elapsed());
+        if let Some((api, version)) = pending.api {
+            shard.metrics.request_completed(api, version, pending.started.elapsed());
         }
     }
     // Responses gathered before a close still reach the client.

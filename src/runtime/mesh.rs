@@ -51,6 +51,11 @@ impl Mesh {
         self.inboxes.len()
     }
 
+    /// Jobs waiting in each shard's inbox.
+    pub fn queue_depths(&self) -> Vec<usize> {
+        self.inboxes.iter().map(|inbox| inbox.max_capacity() - inbox.capacity()).collect()
+    }
+
     /// Runs `f` on shard `to`, synchronously and in enqueue order, and returns a handle to its
     /// result. Waits only for room in the target's inbox; on the caller's own shard `f` runs
     /// immediately.

@@ -145,6 +145,15 @@ def test_a_classic_group_history_api_cli_and_metrics(corral_factory, corral_bin,
     for trigger in ["group_created", "member_joined", "member_left", "session_timeout"]:
         assert metric(text, "corral_group_rebalances_total", consumergroup=group, trigger=trigger) >= 1, trigger
     assert metric(text, "corral_group_rebalances_recent", consumergroup=group) == len(history)
+    # The coordinator partition's Raft group, read at the scrape; requests by API and version.
+    partition = str(overview["coordinator_partition"])
+    assert metric(text, "corral_raft_leader", raft_group=partition) == 0
+    assert metric(text, "corral_raft_term", raft_group=partition) >= 1
+    assert metric(text, "corral_raft_apply_lag", raft_group="metadata") is not None
+    assert metric(text, "corral_requests_total", api="Heartbeat") >= 1
+    assert re.search(r'^corral_requests_total\{api="JoinGroup",version="\d+"', text, re.M), "requests are labelled by version"
+    assert re.search(r'^corral_rebalance_phase_duration_seconds_count\{kind="classic",phase="join"\}', text, re.M)
+    assert re.search(r"^corral_coordinator_write_duration_seconds_count \d+", text, re.M)
 
 
 def test_a_kip848_group_in_the_api(corral_factory, corral_bin, members):
@@ -186,3 +195,13 @@ def test_the_group_cap_sums_the_rest(corral_factory):
     assert metric(text, "kafka_consumergroup_lag_sum", consumergroup="__other__", topic=topic) == 18
     assert re.search(r"^corral_metrics_groups_unlabelled (\d+)$", text, re.M).group(1) == "3"
     assert re.search(r'^corral_groups\{type="classic",state="Empty"\} (\d+)$', text, re.M).group(1) == "5"
+
+
+def test_metrics_can_be_turned_off(corral_factory):
+    server = corral_factory(config=CONFIG + "\n[admin]\nmetrics = false\n")
+    topic = unique("nometrics")
+    clients.create_topic(server.bootstrap, topic, partitions=1)
+    clients.produce_all(clients.producer(server.bootstrap), topic, [(None, b"x")])
+    status, body = server.http_get("/metrics")
+    assert status == 404 and "admin.metrics = false" in body, (status, body)
+    assert server.http_get("/v1/groups")[0] == 200, "the groups API stays"

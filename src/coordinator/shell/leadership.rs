@@ -29,7 +29,9 @@ impl PartitionRunner {
         loop {
             let (leading, last_log, applied, solo) = {
                 let m = metrics.borrow_and_update();
-                self.leader.set(m.current_leader);
+                if self.leader.replace(m.current_leader) != m.current_leader && m.current_leader.is_some() {
+                    crate::metrics::raft_leader_changed(self.index.to_string());
+                }
                 let solo = m.membership_config.membership().voter_ids().count() == 1;
                 let leading = m.state == ServerState::Leader && m.current_leader == Some(self.node_id);
                 if leading && !was_leading {

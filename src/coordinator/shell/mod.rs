@@ -258,7 +258,7 @@ impl PartitionRunner {
             slowest = ?done.slowest.iter().map(|m| format!("{} {} after {} ms", m.member, m.step.name(), m.after_ms)).collect::<Vec<_>>(),
             "rebalance completed"
         );
-        crate::metrics::rebalance_completed(done.kind.name(), done.cause.trigger(), done.total_ms);
+        crate::metrics::rebalance_completed(done.kind.name(), done.cause.trigger(), done.total_ms, done.join_ms.zip(done.sync_ms));
         self.history.borrow_mut().record(done);
     }
 

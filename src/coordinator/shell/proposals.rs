@@ -142,9 +142,13 @@ impl PartitionRunner {
         let Some(raft) = self.raft() else {
             return Err(ResponseError::CoordinatorNotAvailable);
         };
+        let started = std::time::Instant::now();
         let write = raft.client_write(Command::new(encode_batch(records, now_ms())));
         match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => {
+                crate::metrics::coordinator_write_committed(started.elapsed());
+                Ok(())
+            }
             Ok(Err(e)) => {
                 tracing::warn!(partition = self.index, error = %e, "Raft write failed");
                 Err(raft_error_code(&e))
