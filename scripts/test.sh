@@ -5,8 +5,9 @@
 #
 # Idempotent, and meant to work from a clean checkout on a fresh Debian machine (as root, or with
 # sudo): it installs missing Debian packages (kcat, Python venv support, Node.js/npm, a C
-# compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime), creates .venv with
-# the pinned Python clients of tests/e2e/requirements.txt, installs KafkaJS from
+# compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime, Prometheus, Chromium),
+# builds kustomize from its Go module, creates .venv with
+# the pinned Python packages of tests/e2e/requirements.txt, installs KafkaJS from
 # tests/e2e/js/package-lock.json, then checks `cargo fmt --check` and `cargo clippy
 # --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo test` and the end-to-end suite
 # (pytest tests/e2e). Anything that cannot be installed fails the run: nothing
@@ -67,6 +68,30 @@ phase "npm (tests/e2e/js)"
     fi
     node -e 'console.error("kafkajs", require("kafkajs/package.json").version)'
 )
+
+# --- Prometheus, Chromium and Kubernetes manifests ----------------------------------------------
+
+# tests/e2e/test_dashboards.py: a real Prometheus and its promtool; test_groups_page.py: headless
+# Chromium; test_deploy.py: kustomize, built from its Go module at a pinned version (Debian ships
+# none; it needs Go 1.22.7 or later, which Debian 12's golang-go is not), and kubernetes-validate
+# (in .venv, from tests/e2e/requirements.txt).
+phase "prometheus, chromium, kustomize"
+need_cmd prometheus prometheus
+need_cmd promtool prometheus
+need_cmd chromium chromium
+command -v go >/dev/null 2>&1 || die "go not found: kustomize is built with the Go toolchain (1.22.7 or later)"
+KUSTOMIZE_VERSION=v5.7.1
+KUSTOMIZE="$(go env GOPATH)/bin/kustomize"
+if [ "$("$KUSTOMIZE" version 2>/dev/null || true)" != "$KUSTOMIZE_VERSION" ]; then
+    printf 'installing kustomize %s (go install)\n' "$KUSTOMIZE_VERSION" >&2
+    GOBIN="$(dirname "$KUSTOMIZE")" GOFLAGS=-buildvcs=false go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION" \
+        || die "cannot install kustomize $KUSTOMIZE_VERSION with go install"
+fi
+[ "$("$KUSTOMIZE" version)" = "$KUSTOMIZE_VERSION" ] || die "$KUSTOMIZE is not kustomize $KUSTOMIZE_VERSION"
+export KUSTOMIZE
+"$VENV/bin/python" -c 'import kubernetes_validate' || die "kubernetes-validate is missing from .venv"
+printf 'prometheus: %s\nchromium: %s\nkustomize: %s\n' \
+    "$(prometheus --version 2>&1 | head -n1)" "$(chromium --version 2>/dev/null | head -n1)" "$KUSTOMIZE_VERSION" >&2
 
 # --- build and tests ----------------------------------------------------------------------------
 

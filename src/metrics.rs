@@ -36,6 +36,7 @@ pub const REBALANCE_DURATION: &str = "corral_rebalance_duration_seconds";
 pub const REBALANCE_PHASE_DURATION: &str = "corral_rebalance_phase_duration_seconds";
 pub const COORDINATOR_WRITE_DURATION: &str = "corral_coordinator_write_duration_seconds";
 pub const RAFT_LEADER_CHANGES: &str = "corral_raft_leader_changes_total";
+pub const GROUP_REQUESTS: &str = "corral_group_requests_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -61,6 +62,7 @@ pub fn install() -> PrometheusHandle {
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
             describe();
+            zero_counters();
             handle
         })
         .clone()
@@ -104,6 +106,10 @@ fn describe() {
         Unit::Seconds,
         "Time each phase of a classic rebalance took (phase: join, until every member rejoined; sync, from there to Stable)"
     );
+    describe_counter!(
+        GROUP_REQUESTS,
+        "Group requests answered, by API and result (error: Kafka's error name, NONE for success; OffsetCommit and LeaveGroup: the first failed partition's or member's)"
+    );
     describe_histogram!(
         COORDINATOR_WRITE_DURATION,
         Unit::Seconds,
@@ -120,11 +126,51 @@ fn describe() {
     );
 }
 
+/// Label values of the node-wide counters, declared here so each series exists from the start.
+pub mod labels {
+    pub const LIMIT_PARTITIONS_PER_NODE: &str = "topics.max_partitions_per_node";
+    pub const LIMIT_PENDING_MEMBERS: &str = "groups.max_pending_members";
+    pub const LIMIT_GROUPS_PER_PARTITION: &str = "groups.max_groups_per_partition";
+    pub const REFUSED_MAX_CONNECTIONS: &str = "max_connections";
+    pub const REFUSED_MAX_CONNECTIONS_PER_IP: &str = "max_connections_per_ip";
+    pub const CLOSED_IDLE: &str = "idle";
+    pub const CLOSED_SLOW_REQUEST: &str = "slow_request";
+}
+
+/// Kafka's name of an error (`REBALANCE_IN_PROGRESS`), from the codec's (`RebalanceInProgress`).
+fn kafka_error_name(e: kafka_protocol::ResponseError) -> String {
+    let mut name = String::new();
+    for (i, c) in format!("{e:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+/// Counters of rare events exist at 0 from the start, so `rate()` and alerts see the first one.
+fn zero_counters() {
+    for c in [RAFT_PEERS_REFUSED, COORDINATOR_WRITES_REFUSED, PRODUCER_STATES_EVICTED] {
+        counter!(c).increment(0);
+    }
+    for limit in [labels::LIMIT_PARTITIONS_PER_NODE, labels::LIMIT_PENDING_MEMBERS, labels::LIMIT_GROUPS_PER_PARTITION] {
+        counter!(LIMITS_REACHED, "limit" => limit).increment(0);
+    }
+    for limit in [labels::REFUSED_MAX_CONNECTIONS, labels::REFUSED_MAX_CONNECTIONS_PER_IP] {
+        counter!(CONNECTIONS_REFUSED, "limit" => limit).increment(0);
+    }
+    for reason in [labels::CLOSED_IDLE, labels::CLOSED_SLOW_REQUEST] {
+        counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(0);
+    }
+}
+
 /// One shard's metric handles. Lives on its shard.
 #[derive(Debug)]
 pub struct ShardMetrics {
     shard: String,
     per_api: RefCell<HashMap<(i16, i16), (Counter, Histogram)>>,
+    per_group_result: RefCell<HashMap<(i16, i16), Counter>>,
     connections_active: Gauge,
     connections_accepted: Counter,
     bytes_received: Counter,
@@ -139,6 +185,7 @@ impl ShardMetrics {
         let label = shard.to_string();
         ShardMetrics {
             per_api: RefCell::new(HashMap::new()),
+            per_group_result: RefCell::new(HashMap::new()),
             connections_active: gauge!(CONNECTIONS_ACTIVE, "shard" => label.clone()),
             connections_accepted: counter!(CONNECTIONS_ACCEPTED, "shard" => label.clone()),
             bytes_received: counter!(BYTES_RECEIVED, "shard" => label.clone()),
@@ -161,6 +208,21 @@ impl ShardMetrics {
         });
         count.increment(1);
         latency.record(elapsed.as_secs_f64());
+    }
+
+    /// A group request (Heartbeat, JoinGroup, SyncGroup, LeaveGroup, OffsetCommit, OffsetFetch,
+    /// ConsumerGroupHeartbeat) answered with `code`.
+    pub fn group_answered(&self, api: ApiKey, code: i16) {
+        let mut per_result = self.per_group_result.borrow_mut();
+        let counter = per_result.entry((api as i16, code)).or_insert_with(|| {
+            let error = match kafka_protocol::ResponseError::try_from_code(code) {
+                None if code == 0 => "NONE".to_string(),
+                None => format!("UNKNOWN_CODE_{code}"),
+                Some(e) => kafka_error_name(e),
+            };
+            counter!(GROUP_REQUESTS, "api" => format!("{api:?}"), "error" => error, "shard" => self.shard.clone())
+        });
+        counter.increment(1);
     }
 
     pub fn request_rejected(&self) {
@@ -346,6 +408,12 @@ pub mod scraped {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn kafka_names_its_errors_in_upper_snake_case() {
+            assert_eq!(super::super::kafka_error_name(kafka_protocol::ResponseError::RebalanceInProgress), "REBALANCE_IN_PROGRESS");
+            assert_eq!(super::super::kafka_error_name(kafka_protocol::ResponseError::NotCoordinator), "NOT_COORDINATOR");
+        }
 
         #[test]
         fn label_values_are_escaped() {

@@ -52,6 +52,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             interval_ms: 0,
             assignment: None,
         });
+        shard.metrics.group_answered(ApiKey::ConsumerGroupHeartbeat, answer.error);
         ctx.respond(&shape(answer))
     })))
 }

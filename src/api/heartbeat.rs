@@ -24,6 +24,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         groups::call(&shard, &beat.group_id.clone(), move |_, runner| runner.with_state(|state, now| state.heartbeat(now, &beat))).await;
     Ok(Handled::Later(Box::pin(async move {
         let code = groups::resolve(pending.await).unwrap_or_else(|e| e.code());
+        shard.metrics.group_answered(ApiKey::Heartbeat, code);
         ctx.respond(&HeartbeatResponse::default().with_error_code(code))
     })))
 }

@@ -47,6 +47,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             },
             Err(e) => JoinResult::error(e, &member_id),
         };
+        shard.metrics.group_answered(ApiKey::JoinGroup, result.error);
         ctx.respond(&shape(result, version))
     })))
 }

@@ -31,6 +31,8 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             Ok(result) => (result.error, result.members),
             Err(e) => (e.code(), vec![e.code(); members.len()]),
         };
+        let first_failed = codes.iter().copied().find(|&c| c != 0).unwrap_or(0);
+        shard.metrics.group_answered(ApiKey::LeaveGroup, if error != 0 { error } else { first_failed });
         let response = if version >= 3 {
             LeaveGroupResponse::default().with_error_code(error).with_members(
                 members

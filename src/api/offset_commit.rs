@@ -91,6 +91,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             },
             Err(e) => vec![e.code(); n],
         };
+        shard.metrics.group_answered(ApiKey::OffsetCommit, codes.iter().copied().find(|&c| c != 0).unwrap_or(0));
         respond(&ctx, &codes, layout)
     })))
 }

@@ -56,7 +56,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<(GroupId, Topics, Result<Fetched, i16>)> = Vec::with_capacity(pending.len());
         for (group, topics, reply) in pending {
-            results.push((group, topics, groups::resolve(reply.await).map_err(|e| e.code()).and_then(|r| r)));
+            let result = groups::resolve(reply.await).map_err(|e| e.code()).and_then(|r| r);
+            shard.metrics.group_answered(ApiKey::OffsetFetch, result.as_ref().err().copied().unwrap_or(0));
+            results.push((group, topics, result));
         }
         ctx.respond(&shape(results, version))
     })))

@@ -45,6 +45,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             },
             Err(e) => SyncResult::error(e),
         };
+        shard.metrics.group_answered(ApiKey::SyncGroup, result.error);
         ctx.respond(&shape(result, version))
     })))
 }

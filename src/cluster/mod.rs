@@ -115,7 +115,7 @@ fn check_node_budget(node: &Node, topic: uuid::Uuid, placement: &[i32]) -> Resul
     let held = node.catalog.partitions_per_node(topic);
     let max = node.config.topics.max_partitions_per_node;
     metadata_group::check_partitions_per_node(placement, |n| held.get(&n).copied().unwrap_or(0), max).map_err(|e| {
-        crate::metrics::limit_reached("topics.max_partitions_per_node");
+        crate::metrics::limit_reached(crate::metrics::labels::LIMIT_PARTITIONS_PER_NODE);
         TopicError::PolicyViolation(e)
     })
 }

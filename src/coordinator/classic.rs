@@ -417,7 +417,7 @@ fn join_new_member(group: &mut ClassicGroup, out: &mut Outbox, cfg: &GroupConfig
             None => add_member_and_rebalance(group, out, cfg, now, &request, member_id, token),
         },
         None if request.version >= 4 && group.pending_members.len() >= cfg.max_pending_members => {
-            crate::metrics::limit_reached("groups.max_pending_members");
+            crate::metrics::limit_reached(crate::metrics::labels::LIMIT_PENDING_MEMBERS);
             out.reply(token, Response::Join(JoinResult::error(ResponseError::GroupMaxSizeReached, "")));
         }
         None if request.version >= 4 => {

@@ -297,7 +297,7 @@ impl CoordinatorState {
     pub(crate) fn may_create_group(&self) -> bool {
         let room = self.groups.len() + self.consumer_groups.len() < self.config.max_groups;
         if !room {
-            crate::metrics::limit_reached("groups.max_groups_per_partition");
+            crate::metrics::limit_reached(crate::metrics::labels::LIMIT_GROUPS_PER_PARTITION);
         }
         room
     }

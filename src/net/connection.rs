@@ -81,7 +81,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
                 if !frames.read_buffer().is_empty() {
                     if now - *partial_since.get_or_insert(now) >= body_timeout {
                         tracing::debug!(%peer, "closing connection: a request did not arrive within request_body_timeout_ms");
-                        crate::metrics::connection_closed("slow_request");
+                        crate::metrics::connection_closed(crate::metrics::labels::CLOSED_SLOW_REQUEST);
                         break;
                     }
                 } else if tx.capacity() < tx.max_capacity() {
@@ -89,7 +89,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
                     active_at = now;
                 } else if now - active_at >= idle {
                     tracing::debug!(%peer, "closing connection: idle for connections_max_idle_ms");
-                    crate::metrics::connection_closed("idle");
+                    crate::metrics::connection_closed(crate::metrics::labels::CLOSED_IDLE);
                     break;
                 }
                 continue;

@@ -20,8 +20,8 @@ pub(crate) enum Refused {
 impl Refused {
     pub(crate) fn label(self) -> &'static str {
         match self {
-            Refused::Total => "max_connections",
-            Refused::PerIp => "max_connections_per_ip",
+            Refused::Total => crate::metrics::labels::REFUSED_MAX_CONNECTIONS,
+            Refused::PerIp => crate::metrics::labels::REFUSED_MAX_CONNECTIONS_PER_IP,
         }
     }
 }

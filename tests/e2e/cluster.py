@@ -123,7 +123,8 @@ class Cluster:
             return f"127.0.0.1:{relay.port if relay else self.raft[j]}"
 
         nodes = ",\n".join(
-            f'  {{ id = {j}, raft = "{raft_addr(j)}", kafka = "127.0.0.1:{self.kafka[j]}" }}' for j in range(self.size)
+            f'  {{ id = {j}, raft = "{raft_addr(j)}", kafka = "127.0.0.1:{self.kafka[j]}", admin = "127.0.0.1:{self.admin[j]}" }}'
+            for j in range(self.size)
         )
         return f"""[node]
 id = {i}

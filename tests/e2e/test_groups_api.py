@@ -109,12 +109,15 @@ def test_a_classic_group_history_api_cli_and_metrics(corral_factory, corral_bin,
     assert all(m["client_host"].startswith("/127.0.0.1") for m in detail["members"]), detail["members"]
     assigned = sorted((a["topic"], p) for m in detail["members"] for a in m["assignment"] for p in a["partitions"])
     assert assigned == sorted(parts), detail["members"]
-    clients.produce_all(clients.producer(b), topic, [(None, f"v{i}".encode()) for i in range(40)])
+    producer = clients.producer(b)
+    for p in range(4):
+        clients.produce_all(producer, topic, [(None, f"v{i}".encode()) for i in range(10)], partition=p)
     wait_until(lambda: {o["partition"] for o in group_detail(server, group)["offsets"]} == set(range(4)), "commits of every partition")
     wait_until(lambda: all(o["lag"] == 0 for o in group_detail(server, group)["offsets"]), "the members caught up")
     first.close()
     static2.close()
-    clients.produce_all(clients.producer(b), topic, [(None, b"late") for _ in range(8)])
+    for p in range(4):
+        clients.produce_all(producer, topic, [(None, b"late") for _ in range(2)], partition=p)
     wait_until(lambda: sum(o["lag"] for o in group_detail(server, group)["offsets"]) == 8, "8 records of lag")
 
     status, listing = get_json(server, "/v1/groups")
@@ -154,6 +157,12 @@ def test_a_classic_group_history_api_cli_and_metrics(corral_factory, corral_bin,
     assert re.search(r'^corral_requests_total\{api="JoinGroup",version="\d+"', text, re.M), "requests are labelled by version"
     assert re.search(r'^corral_rebalance_phase_duration_seconds_count\{kind="classic",phase="join"\}', text, re.M)
     assert re.search(r"^corral_coordinator_write_duration_seconds_count \d+", text, re.M)
+    # Group requests by result: successes, and the MEMBER_ID_REQUIRED every new librdkafka member
+    # gets first; rare-event counters exist at 0 before their first event.
+    for api in ["Heartbeat", "JoinGroup", "SyncGroup", "LeaveGroup", "OffsetCommit", "OffsetFetch"]:
+        assert metric(text, "corral_group_requests_total", api=api, error="NONE") >= 1, api
+    assert metric(text, "corral_group_requests_total", api="JoinGroup", error="MEMBER_ID_REQUIRED") >= 1
+    assert metric(text, "corral_limits_reached_total", limit="groups.max_pending_members") == 0
 
 
 def test_a_kip848_group_in_the_api(corral_factory, corral_bin, members):
@@ -174,6 +183,8 @@ def test_a_kip848_group_in_the_api(corral_factory, corral_bin, members):
     assert joined["slowest"] and all(m["step"] == "reconciled" for m in joined["slowest"]), joined
     assert sorted((a["topic"], p) for m in detail["members"] for a in m["assignment"] for p in a["partitions"]) == sorted(parts)
     assert "member_joined" in cli(corral_bin, server, "history", group)
+    _, text = server.http_get("/metrics")
+    assert metric(text, "corral_group_requests_total", api="ConsumerGroupHeartbeat", error="NONE") >= 1
 
 
 def test_the_group_cap_sums_the_rest(corral_factory):
