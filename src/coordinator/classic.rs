@@ -250,6 +250,8 @@ impl CoordinatorState {
         }
         let mut codes = Vec::with_capacity(members.len());
         let mut leavers = Vec::new();
+        // Whether every leaver was named by instance id alone (an admin removing it).
+        let mut by_admin = true;
         let mut pending_left = false;
         for (member_id, instance_id) in members {
             let code = if member_id.is_empty() {
@@ -270,6 +272,7 @@ impl CoordinatorState {
                     Ok(()) => {
                         remove_member_answering(group, out, member_id, now, Departure::Left);
                         leavers.push(member_id.clone());
+                        by_admin = false;
                         NONE
                     }
                 }
@@ -279,7 +282,12 @@ impl CoordinatorState {
         if !leavers.is_empty() {
             match group.state {
                 GroupState::Stable | GroupState::CompletingRebalance => {
-                    prepare_rebalance(group, out, cfg, now, RebalanceCause::MemberLeft { members: leavers })
+                    let cause = if by_admin {
+                        RebalanceCause::AdminRemoved { members: leavers }
+                    } else {
+                        RebalanceCause::MemberLeft { members: leavers }
+                    };
+                    prepare_rebalance(group, out, cfg, now, cause)
                 }
                 GroupState::PreparingRebalance => maybe_complete_join(group, out, cfg, now, false),
                 GroupState::Empty | GroupState::Dead => {}

@@ -34,6 +34,10 @@ pub enum RebalanceCause {
     MemberJoined { member: String },
     /// Members left (LeaveGroup, or a KIP-848 heartbeat with epoch -1).
     MemberLeft { members: Vec<String> },
+    /// Static members were removed by an admin tool: a LeaveGroup naming them by instance id
+    /// alone, as Kafka's AdminClient removeMembersFromConsumerGroup sends it (a member leaving
+    /// itself names its member id).
+    AdminRemoved { members: Vec<String> },
     /// A member stopped heartbeating for its session timeout.
     SessionTimeout { member: String },
     /// Members did not finish the rebalance in time and were removed: a classic group's members
@@ -59,6 +63,7 @@ impl RebalanceCause {
             RebalanceCause::GroupCreated { .. } => "group_created",
             RebalanceCause::MemberJoined { .. } => "member_joined",
             RebalanceCause::MemberLeft { .. } => "member_left",
+            RebalanceCause::AdminRemoved { .. } => "admin_action",
             RebalanceCause::SessionTimeout { .. } => "session_timeout",
             RebalanceCause::RebalanceTimeout { .. } => "rebalance_timeout",
             RebalanceCause::StaticMemberReplaced { .. } => "static_member_replaced",
@@ -74,7 +79,9 @@ impl RebalanceCause {
     pub fn members_before(&self, now: usize) -> usize {
         match self {
             RebalanceCause::GroupCreated { .. } | RebalanceCause::MemberJoined { .. } => now.saturating_sub(1),
-            RebalanceCause::MemberLeft { members } | RebalanceCause::RebalanceTimeout { members } => now + members.len(),
+            RebalanceCause::MemberLeft { members }
+            | RebalanceCause::AdminRemoved { members }
+            | RebalanceCause::RebalanceTimeout { members } => now + members.len(),
             RebalanceCause::SessionTimeout { .. } => now + 1,
             _ => now,
         }
@@ -89,9 +96,9 @@ impl RebalanceCause {
             | RebalanceCause::StaticMemberReplaced { member, .. }
             | RebalanceCause::MetadataChanged { member }
             | RebalanceCause::LeaderRejoined { member } => vec![member.as_str()],
-            RebalanceCause::MemberLeft { members } | RebalanceCause::RebalanceTimeout { members } => {
-                members.iter().map(String::as_str).collect()
-            }
+            RebalanceCause::MemberLeft { members }
+            | RebalanceCause::AdminRemoved { members }
+            | RebalanceCause::RebalanceTimeout { members } => members.iter().map(String::as_str).collect(),
             RebalanceCause::TopicsChanged | RebalanceCause::AssignmentNotStored => Vec::new(),
         }
     }

@@ -703,6 +703,10 @@ fn leave_by_instance_id() {
     h.sync("g", &r.member_id, r.generation, vec![]);
     let out = h.state.leave(h.now, "g", &[("".into(), Some("i1".into())), ("".into(), Some("unknown".into()))]);
     assert_eq!(out.members, vec![NONE, ResponseError::UnknownMemberId.code()]);
+    h.settle();
+    // Named by instance id alone: an admin tool removed it (kafka-consumer-groups --delete-members).
+    assert_eq!(h.causes().last(), Some(&RebalanceCause::AdminRemoved { members: vec![r.member_id.clone()] }));
+    assert_eq!(h.rebalances().last().map(|r| r.cause.trigger()), Some("admin_action"));
 }
 
 // === offsets ===
