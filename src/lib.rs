@@ -9,11 +9,14 @@
 //! - `net`: listeners (SO_REUSEPORT per shard), connections (ordered, pipelined), sendfile.
 //! - [`protocol`]: request headers and response frames over the `kafka-protocol` crate, and the
 //!   chunked Fetch encoder.
-//! - `api`: one file per Kafka API and the table ApiVersions is generated from.
+//! - `api`: one file per Kafka API and the table ApiVersions is generated from; handlers see
+//!   only `api::Services` (node state, metrics, the partition store, the group router).
 //! - [`cluster`]: the topic catalog, topic admin, producer ids.
+//! - [`store`]: the partition store the data APIs call, and where a partition's data lives.
 //! - [`storage`]: partition logs (segments, indexes, recovery, retention).
 //! - [`raft`]: the openraft type config and the Raft log store (segment files, group commit).
-//! - [`record_batch`]: the v2 record batch format.
+//! - [`record_batch`]: the v2 record batch format; [`chunk`]: the bytes and file ranges a
+//!   response is written from.
 //! - [`metrics`] and `admin`: Prometheus metrics and the HTTP admin listener.
 //!
 //! # Request path
@@ -25,6 +28,7 @@
 mod admin;
 mod api;
 pub use api::decode_request;
+pub mod chunk;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
@@ -40,3 +44,4 @@ pub mod record_batch;
 pub mod runtime;
 pub mod server;
 pub mod storage;
+pub mod store;

@@ -22,6 +22,8 @@ pub struct Node {
     /// `(host, port)` clients are told to connect to.
     pub advertised: (String, u16),
     pub catalog: Catalog,
+    /// The log end of each partition hosted here, watched by long-polling fetches.
+    pub end_offsets: crate::storage::EndOffsets,
     pub mesh: Mesh,
     pub producer_ids: ProducerIds,
     /// Cancelled on SIGTERM/SIGINT (or by a test): listeners stop, connections drain.

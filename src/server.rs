@@ -143,6 +143,7 @@ impl Server {
             cluster_id,
             advertised,
             catalog,
+            end_offsets: Default::default(),
             mesh,
             producer_ids,
             shutdown: Default::default(),

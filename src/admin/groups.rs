@@ -38,8 +38,7 @@ pub(super) struct NodeFacts<'a>(pub &'a Node);
 impl PartitionFacts for NodeFacts<'_> {
     fn end_offset(&self, topic: &str, partition: i32) -> Option<i64> {
         let topic = self.0.catalog.get(topic)?;
-        let meta = topic.partition(partition)?;
-        (meta.leader == self.0.node_id).then(|| *meta.end_offset.borrow())
+        self.0.end_offsets.current(topic.id, partition)
     }
 
     fn topic_name(&self, id: Uuid) -> Option<String> {

@@ -7,13 +7,12 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, NONE, TABLE};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE, TABLE};
 use crate::protocol::{encode_frame, Reply, RequestContext};
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ApiVersions, ApiVersionsRequest, 0, 4);
 
-async fn handle(_shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(_services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ApiVersionsRequest = ctx.decode(body)?;
     // KIP-511: v3+ clients name themselves; Kafka refuses names outside its pattern.
     let valid = ctx.api_version < 3

@@ -8,11 +8,10 @@ use kafka_protocol::messages::{ApiKey, ConsumerGroupDescribeRequest, ConsumerGro
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::consumer::TopicView;
 use crate::coordinator::records::TopicPartitions as Partitions;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ConsumerGroupDescribe, ConsumerGroupDescribeRequest, 0, 1);
 
@@ -21,18 +20,17 @@ const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (
 /// KIP-1099 member types.
 const CONSUMER_MEMBER: i8 = 1;
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ConsumerGroupDescribeRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     let mut pending = Vec::with_capacity(request.group_ids.len());
     for group in request.group_ids {
-        let id = group.to_string();
-        let reply = groups::call(&shard, &id.clone(), move |_, runner| runner.state.borrow().describe_consumer_group(&id)).await;
+        let reply = services.groups().describe_consumer_group(group.to_string()).await;
         pending.push((group, reply));
     }
     let include_operations = request.include_authorized_operations;
     Ok(Handled::Later(Box::pin(async move {
-        let catalog = &shard.node.catalog;
+        let catalog = &services.node().catalog;
         let assignment = |p: Partitions| {
             Assignment::default().with_topic_partitions(
                 p.into_iter()
@@ -53,7 +51,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
                 base.with_error_code(ResponseError::InvalidGroupId.code())
                     .with_error_message(Some(StrBytes::from_static_str("GroupId can't be empty.")))
             } else {
-                match groups::resolve(reply.await) {
+                match reply.await {
                     Err(e) => base.with_error_code(e.code()),
                     Ok(None) => base
                         .with_error_code(ResponseError::GroupIdNotFound.code())

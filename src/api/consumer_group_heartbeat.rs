@@ -9,14 +9,13 @@ use kafka_protocol::messages::{ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGr
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::consumer::{ConsumerHeartbeat, HeartbeatAnswer};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, 0, 1);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ConsumerGroupHeartbeatRequest = ctx.decode(body)?;
     let beat = ConsumerHeartbeat {
         group_id: request.group_id.to_string(),
@@ -39,12 +38,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         client_host: groups::client_host(&ctx),
         version: ctx.api_version,
     };
-    let pending = groups::call(&shard, &beat.group_id.clone(), move |owner, runner| {
-        runner.with_state(|state, now| state.consumer_heartbeat(now, beat, &owner.node.catalog))
-    })
-    .await;
+    let answer = services.groups().consumer_heartbeat(beat).await;
     Ok(Handled::Later(Box::pin(async move {
-        let answer = groups::resolve(pending.await).unwrap_or_else(|e| HeartbeatAnswer {
+        let answer = answer.await.unwrap_or_else(|e| HeartbeatAnswer {
             error: e.code(),
             message: None,
             member_id: None,
@@ -52,7 +48,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             interval_ms: 0,
             assignment: None,
         });
-        shard.metrics.group_answered(ApiKey::ConsumerGroupHeartbeat, answer.error);
+        services.metrics().group_answered(ApiKey::ConsumerGroupHeartbeat, answer.error);
         ctx.respond(&shape(answer))
     })))
 }

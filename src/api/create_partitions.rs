@@ -7,23 +7,22 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::{self, TopicError};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreatePartitions, CreatePartitionsRequest, 0, 3);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: CreatePartitionsRequest = ctx.decode(body)?;
-    let node_id = shard.node.node_id;
+    let node_id = services.node().node_id;
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let bad_assignment = topic.assignments.iter().flatten().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node_id);
         let outcome = if bad_assignment {
             Err(TopicError::InvalidReplicaAssignment(format!("new partitions must be assigned to broker {node_id} only")))
         } else {
-            cluster::grow_topic(&shard, &topic.name.0, topic.count, request.validate_only).await
+            cluster::grow_topic(services.node(), &topic.name.0, topic.count, request.validate_only).await
         };
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name);
         if let Err(e) = outcome {

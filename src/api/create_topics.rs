@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -10,15 +11,15 @@ use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::topic_config::TopicConfig;
 use crate::cluster::{self, TopicError};
+use crate::node::Node;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreateTopics, CreateTopicsRequest, 2, 7);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: CreateTopicsRequest = ctx.decode(body)?;
     let mut counts: HashMap<StrBytes, usize> = HashMap::new();
     for t in &request.topics {
@@ -36,11 +37,11 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             );
             continue;
         }
-        match create(&shard, topic, request.validate_only).await {
+        match create(services.node(), topic, request.validate_only).await {
             Ok((partitions, config, id)) => {
                 result = result.with_num_partitions(partitions).with_replication_factor(1).with_topic_id(id);
                 if ctx.api_version >= 5 {
-                    let defaults = &shard.node.config.topics.defaults;
+                    let defaults = &services.node().config.topics.defaults;
                     let configs = config
                         .entries(defaults)
                         .into_iter()
@@ -63,8 +64,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     Ok(Handled::Now(ctx.respond(&CreateTopicsResponse::default().with_topics(results))))
 }
 
-async fn create(shard: &Rc<Shard>, topic: CreatableTopic, validate_only: bool) -> Result<(i32, TopicConfig, uuid::Uuid), TopicError> {
-    let node = &shard.node;
+async fn create(node: &Arc<Node>, topic: CreatableTopic, validate_only: bool) -> Result<(i32, TopicConfig, uuid::Uuid), TopicError> {
     let partitions = match (topic.num_partitions, topic.assignments.is_empty()) {
         (-1, true) => node.config.topics.default_partitions,
         (n, true) => n,
@@ -93,6 +93,6 @@ async fn create(shard: &Rc<Shard>, topic: CreatableTopic, validate_only: bool) -
     }
     let config = TopicConfig::from_pairs(topic.configs.iter().map(|c| (&*c.name, c.value.as_deref())))?;
     config.check_new_topic()?;
-    let created = cluster::create_topic(shard, &topic.name.0, partitions, config.clone(), validate_only).await?;
+    let created = cluster::create_topic(node, &topic.name.0, partitions, config.clone(), validate_only).await?;
     Ok((partitions, config, created.map_or(uuid::Uuid::nil(), |t| t.id)))
 }

@@ -9,21 +9,20 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteTopics, DeleteTopicsRequest, 1, 6);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: DeleteTopicsRequest = ctx.decode(body)?;
     let targets: Vec<(Option<TopicName>, Uuid)> = if ctx.api_version >= 6 {
         request.topics.into_iter().map(|t| (t.name, t.topic_id)).collect()
     } else {
         request.topic_names.into_iter().map(|n| (Some(n), Uuid::nil())).collect()
     };
-    let catalog = &shard.node.catalog;
+    let catalog = &services.node().catalog;
     let mut responses = Vec::with_capacity(targets.len());
     for (name, id) in targets {
         let topic = match &name {
@@ -36,7 +35,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
             None => Err((ResponseError::UnknownTopicOrPartition, "this server does not host this topic".to_string())),
             Some(topic) => {
                 result = result.with_name(Some(TopicName(StrBytes::from_string(topic.name.clone())))).with_topic_id(topic.id);
-                cluster::delete_topic(&shard, &topic).await.map_err(|e| (e.error_code(), e.to_string()))
+                cluster::delete_topic(services.node(), &topic).await.map_err(|e| (e.error_code(), e.to_string()))
             }
         };
         if let Err((code, message)) = outcome {

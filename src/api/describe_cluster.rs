@@ -9,18 +9,17 @@ use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, Describ
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeCluster, DescribeClusterRequest, 0, 2);
 
 /// `endpoint_type` values (v1+).
 const BROKERS: i8 = 1;
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: DescribeClusterRequest = ctx.decode(body)?;
-    let node = &shard.node;
+    let node = services.node();
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(StrBytes::from_string(node.cluster_id.clone()))

@@ -8,11 +8,10 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsRe
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
 use crate::config::Config;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
 
@@ -29,9 +28,9 @@ struct Described {
     doc: &'static str,
 }
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: DescribeConfigsRequest = ctx.decode(body)?;
-    let node = &shard.node;
+    let node = services.node();
     let mut results = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let mut result =

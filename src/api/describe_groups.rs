@@ -8,30 +8,28 @@ use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResp
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeGroups, DescribeGroupsRequest, 0, 6);
 
 /// READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: everything, as without an authorizer.
 const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: DescribeGroupsRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     let include_operations = version >= 3 && request.include_authorized_operations;
     let mut pending = Vec::with_capacity(request.groups.len());
     for group in request.groups {
-        let id = group.to_string();
-        let reply = groups::call(&shard, &id.clone(), move |_, runner| runner.state.borrow().describe_group(&id)).await;
+        let reply = services.groups().describe(group.to_string()).await;
         pending.push((group, reply));
     }
     Ok(Handled::Later(Box::pin(async move {
         let mut described = Vec::with_capacity(pending.len());
         for (group, reply) in pending {
             let base = DescribedGroup::default().with_group_id(group.clone());
-            let entry = match groups::resolve(reply.await) {
+            let entry = match reply.await {
                 Err(e) => base.with_error_code(e.code()).with_group_state(StrBytes::from_static_str("Dead")),
                 Ok(None) if version >= 6 => base
                     .with_error_code(ResponseError::GroupIdNotFound.code())

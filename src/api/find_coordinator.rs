@@ -10,9 +10,8 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoo
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::FindCoordinator, FindCoordinatorRequest, 0, 6);
 
@@ -20,12 +19,12 @@ pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::FindCoordinator, FindCoord
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: FindCoordinatorRequest = ctx.decode(body)?;
     let keys: Vec<StrBytes> = if ctx.api_version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
-        coordinators.push(answer(&shard, request.key_type, key).await);
+        coordinators.push(answer(services.as_ref(), request.key_type, key).await);
     }
     let response = if ctx.api_version >= 4 {
         FindCoordinatorResponse::default().with_coordinators(coordinators)
@@ -44,7 +43,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
 
 /// The coordinator of one key: the node that leads the Raft group of the group's coordinator
 /// partition (this node, on a single node).
-async fn answer(shard: &Rc<Shard>, key_type: i8, key: StrBytes) -> Coordinator {
+async fn answer(services: &dyn Services, key_type: i8, key: StrBytes) -> Coordinator {
     let refuse = |code: ResponseError, message: &'static str| {
         Coordinator::default()
             .with_key(key.clone())
@@ -59,8 +58,8 @@ async fn answer(shard: &Rc<Shard>, key_type: i8, key: StrBytes) -> Coordinator {
         TRANSACTION => return refuse(ResponseError::InvalidRequest, "transactions are not supported by corral"),
         _ => return refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
     }
-    let node = &shard.node;
-    let leader = groups::coordinator_of(shard, &key).await.and_then(|id| i32::try_from(id).ok());
+    let node = services.node();
+    let leader = services.groups().coordinator_of(key.to_string()).await.and_then(|id| i32::try_from(id).ok());
     match leader.and_then(|id| node.brokers.get(&id).map(|addr| (id, addr))) {
         Some((id, (host, port))) => Coordinator::default()
             .with_key(key.clone())

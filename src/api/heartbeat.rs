@@ -5,14 +5,13 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::classic;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Heartbeat, HeartbeatRequest, 0, 4);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: HeartbeatRequest = ctx.decode(body)?;
     let beat = classic::HeartbeatRequest {
         group_id: request.group_id.to_string(),
@@ -20,11 +19,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         member_id: request.member_id.to_string(),
         instance_id: request.group_instance_id.map(|i| i.to_string()),
     };
-    let pending =
-        groups::call(&shard, &beat.group_id.clone(), move |_, runner| runner.with_state(|state, now| state.heartbeat(now, &beat))).await;
+    let answer = services.groups().heartbeat(beat).await;
     Ok(Handled::Later(Box::pin(async move {
-        let code = groups::resolve(pending.await).unwrap_or_else(|e| e.code());
-        shard.metrics.group_answered(ApiKey::Heartbeat, code);
+        let code = answer.await.unwrap_or_else(|e| e.code());
+        services.metrics().group_answered(ApiKey::Heartbeat, code);
         ctx.respond(&HeartbeatResponse::default().with_error_code(code))
     })))
 }

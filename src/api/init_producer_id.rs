@@ -9,15 +9,14 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::metadata_group::WriteError;
 use crate::cluster::TopicError;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::InitProducerId, InitProducerIdRequest, 0, 5);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: InitProducerIdRequest = ctx.decode(body)?;
     let response = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     let response = if request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
@@ -26,7 +25,7 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     } else {
         // Idempotent producers always get a new id; a bumped epoch is not needed (KIP-360 path
         // applies to transactional producers).
-        match crate::cluster::producer_ids::next_producer_id(&shard.node).await {
+        match crate::cluster::producer_ids::next_producer_id(services.node()).await {
             Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
             Err(e) => {
                 tracing::warn!(error = %e, "no producer id block from the metadata group");

@@ -7,16 +7,15 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
-use crate::coordinator::state::{JoinRequest, JoinResult, Response};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
+use crate::coordinator::state::{JoinRequest, JoinResult};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 /// Served from v0: librdkafka before 2.11 enables its consumer groups only if v0 is listed
 /// (KAFKA-19444).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::JoinGroup, JoinGroupRequest, 0, 9);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: JoinGroupRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     let join = JoinRequest {
@@ -33,21 +32,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         version,
     };
     let member_id = join.member_id.clone();
-    let pending = groups::call(&shard, &join.group_id.clone(), move |_, runner| {
-        let (token, rx) = runner.waiter();
-        runner.with_state(|state, now| state.join(now, join, token));
-        rx
-    })
-    .await;
+    let answer = services.groups().join(join).await;
     Ok(Handled::Later(Box::pin(async move {
-        let result = match groups::resolve(pending.await) {
-            Ok(rx) => match rx.await {
-                Ok(Response::Join(result)) => result,
-                _ => JoinResult::error(kafka_protocol::ResponseError::CoordinatorNotAvailable, &member_id),
-            },
-            Err(e) => JoinResult::error(e, &member_id),
-        };
-        shard.metrics.group_answered(ApiKey::JoinGroup, result.error);
+        let result = answer.await.unwrap_or_else(|e| JoinResult::error(e, &member_id));
+        services.metrics().group_answered(ApiKey::JoinGroup, result.error);
         ctx.respond(&shape(result, version))
     })))
 }

@@ -7,13 +7,12 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::LeaveGroup, LeaveGroupRequest, 0, 5);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: LeaveGroupRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     let members: Vec<(String, Option<String>)> = if version >= 3 {
@@ -21,18 +20,14 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     } else {
         vec![(request.member_id.to_string(), None)]
     };
-    let group_id = request.group_id.to_string();
-    let listed = members.clone();
-    let pending =
-        groups::call(&shard, &group_id.clone(), move |_, runner| runner.with_state(|state, now| state.leave(now, &group_id, &listed)))
-            .await;
+    let answer = services.groups().leave(request.group_id.to_string(), members.clone()).await;
     Ok(Handled::Later(Box::pin(async move {
-        let (error, codes) = match groups::resolve(pending.await) {
+        let (error, codes) = match answer.await {
             Ok(result) => (result.error, result.members),
             Err(e) => (e.code(), vec![e.code(); members.len()]),
         };
         let first_failed = codes.iter().copied().find(|&c| c != 0).unwrap_or(0);
-        shard.metrics.group_answered(ApiKey::LeaveGroup, if error != 0 { error } else { first_failed });
+        services.metrics().group_answered(ApiKey::LeaveGroup, if error != 0 { error } else { first_failed });
         let response = if version >= 3 {
             LeaveGroupResponse::default().with_error_code(error).with_members(
                 members

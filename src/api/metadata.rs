@@ -14,18 +14,18 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::catalog::Topic;
 use crate::cluster::topic_config::{validate_topic_name, TopicConfig};
 use crate::cluster::{self, TopicError};
+use crate::node::Node;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Metadata, MetadataRequest, 0, 13);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: MetadataRequest = ctx.decode(body)?;
-    let node = &shard.node;
+    let node = services.node();
     let catalog = &node.catalog;
     // v0: an empty list means every topic; v1+: null means every topic, empty means none.
     let requested = match request.topics {
@@ -35,14 +35,14 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     let auto_create = node.config.topics.auto_create && (ctx.api_version < 4 || request.allow_auto_topic_creation);
 
     let topics = match requested {
-        None => catalog.all().iter().map(|t| describe(&shard, t)).collect(),
+        None => catalog.all().iter().map(|t| describe(services.node(), t)).collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for t in wanted {
                 out.push(match t.name {
-                    Some(name) => lookup_or_create(&shard, &name.0, auto_create).await,
+                    Some(name) => lookup_or_create(services.node(), &name.0, auto_create).await,
                     None => match catalog.get_by_id(t.topic_id) {
-                        Some(topic) => describe(&shard, &topic),
+                        Some(topic) => describe(services.node(), &topic),
                         None => MetadataResponseTopic::default()
                             .with_name(None)
                             .with_topic_id(t.topic_id)
@@ -71,10 +71,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     Ok(Handled::Now(ctx.respond(&response)))
 }
 
-async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool) -> MetadataResponseTopic {
-    let catalog = &shard.node.catalog;
+async fn lookup_or_create(node: &Arc<Node>, name: &StrBytes, auto_create: bool) -> MetadataResponseTopic {
+    let catalog = &node.catalog;
     if let Some(topic) = catalog.get(name) {
-        return describe(shard, &topic);
+        return describe(node, &topic);
     }
     let error =
         |code: ResponseError| MetadataResponseTopic::default().with_name(Some(TopicName(name.clone()))).with_error_code(code.code());
@@ -84,12 +84,12 @@ async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool)
     if !auto_create {
         return error(ResponseError::UnknownTopicOrPartition);
     }
-    let partitions = shard.node.config.topics.default_partitions;
-    match cluster::create_topic(shard, name, partitions, TopicConfig::default(), false).await {
-        Ok(Some(topic)) => describe(shard, &topic),
+    let partitions = node.config.topics.default_partitions;
+    match cluster::create_topic(node, name, partitions, TopicConfig::default(), false).await {
+        Ok(Some(topic)) => describe(node, &topic),
         // Another request created it first.
         Err(TopicError::AlreadyExists(_)) | Ok(None) => match catalog.get(name) {
-            Some(topic) => describe(shard, &topic),
+            Some(topic) => describe(node, &topic),
             None => error(ResponseError::LeaderNotAvailable),
         },
         Err(e) => {
@@ -103,14 +103,14 @@ async fn lookup_or_create(shard: &Rc<Shard>, name: &StrBytes, auto_create: bool)
     }
 }
 
-fn describe(shard: &Shard, topic: &Arc<Topic>) -> MetadataResponseTopic {
+fn describe(node: &Node, topic: &Arc<Topic>) -> MetadataResponseTopic {
     let internal = crate::cluster::is_internal(&topic.name);
     let partitions = topic
         .partitions
         .iter()
         .enumerate()
         .map(|(index, meta)| {
-            let leader = BrokerId(if internal { shard.node.node_id } else { meta.leader });
+            let leader = BrokerId(if internal { node.node_id } else { meta.leader });
             MetadataResponsePartition::default()
                 .with_partition_index(index as i32)
                 .with_leader_id(leader)

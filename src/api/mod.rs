@@ -11,6 +11,12 @@
 //! commits) happens there. If the handler then has to wait (for an fsync, for data to arrive),
 //! it returns [`Handled::Later`] with the rest of its work, which runs concurrently while the
 //! connection goes on reading. Responses are still written in request order.
+//!
+//! # What handlers see
+//!
+//! A handler is given [`Services`]: the node's shared state, its shard's metrics, the partition
+//! store and the group router, and nothing else. Where a partition's data or a group's
+//! coordinator lives is decided below that line (`crate::store`, `crate::coordinator::router`).
 
 mod api_versions;
 mod consumer_group_describe;
@@ -39,13 +45,28 @@ mod produce;
 mod sync_group;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
 use kafka_protocol::messages::ApiKey;
 
+use crate::coordinator::router::GroupRouter;
+use crate::metrics::ShardMetrics;
+use crate::node::Node;
 use crate::protocol::{Reply, RequestContext, RequestError};
-use crate::runtime::Shard;
+use crate::store::PartitionStore;
+
+/// All a handler may use. Lives on one shard.
+pub(crate) trait Services {
+    /// The node's shared, read-mostly state: config, topic catalog, brokers.
+    fn node(&self) -> &Arc<Node>;
+    fn metrics(&self) -> &ShardMetrics;
+    /// Produce, Fetch and ListOffsets go here.
+    fn store(&self) -> &dyn PartitionStore;
+    /// Every group API goes here.
+    fn groups(&self) -> &dyn GroupRouter;
+}
 
 /// The outcome of a handler's first stage.
 pub(crate) enum Handled {
@@ -56,7 +77,7 @@ pub(crate) enum Handled {
 }
 
 pub(crate) type HandlerResult = Result<Handled, RequestError>;
-type HandlerFn = fn(Rc<Shard>, RequestContext, Bytes) -> LocalBoxFuture<'static, HandlerResult>;
+type HandlerFn = fn(Rc<dyn Services>, RequestContext, Bytes) -> LocalBoxFuture<'static, HandlerResult>;
 type DecodeFn = fn(&RequestContext, Bytes) -> Result<(), RequestError>;
 
 /// An API served by corral.
@@ -118,7 +139,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<ApiKey, RequestError> {
 }
 
 /// Parses a request frame and runs its handler's first stage.
-pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes, peer: std::net::SocketAddr) -> HandlerResult {
+pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer: std::net::SocketAddr) -> HandlerResult {
     let mut ctx = RequestContext::parse(&mut frame)?;
     ctx.peer = Some(peer);
     let Some(entry) = entry(ctx.api_key) else {
@@ -130,7 +151,7 @@ pub(crate) async fn dispatch(shard: &Rc<Shard>, mut frame: Bytes, peer: std::net
         }
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
     }
-    (entry.handle)(shard.clone(), ctx, frame).await
+    (entry.handle)(services.clone(), ctx, frame).await
 }
 
 /// Builds an [`ApiEntry`] for the `handle` function of the module it is used in.
@@ -144,7 +165,7 @@ macro_rules! api_entry {
             min: $min,
             max: $max,
             advertised_min: $adv,
-            handle: |shard, ctx, body| Box::pin(handle(shard, ctx, body)),
+            handle: |services, ctx, body| Box::pin(handle(services, ctx, body)),
             decode: |ctx, body| ctx.decode::<$request>(body).map(drop),
         }
     };

@@ -8,11 +8,9 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::offsets::{CommitOffset, CommitRequest};
-use crate::coordinator::state::Response;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 /// Per requested topic, per partition: an error found before reaching the coordinator, or the
 /// position of its offset among those sent on.
@@ -20,9 +18,9 @@ type Layout = Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Result<usize, 
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetCommit, OffsetCommitRequest, 2, 9);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetCommitRequest = ctx.decode(body)?;
-    let catalog = &shard.node.catalog;
+    let catalog = &services.node().catalog;
     let mut layout: Layout = Vec::new();
     let mut offsets = Vec::new();
     for topic in &request.topics {
@@ -77,21 +75,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         retention_ms: request.retention_time_ms,
         offsets,
     };
-    let pending = groups::call(&shard, &commit.group_id.clone(), move |_, runner| {
-        let (token, rx) = runner.waiter();
-        runner.with_state(|state, now| state.commit(now, commit, token));
-        rx
-    })
-    .await;
+    let answer = services.groups().commit(commit).await;
     Ok(Handled::Later(Box::pin(async move {
-        let codes = match groups::resolve(pending.await) {
-            Ok(rx) => match rx.await {
-                Ok(Response::Commit(codes)) => codes,
-                _ => vec![ResponseError::CoordinatorNotAvailable.code(); n],
-            },
-            Err(e) => vec![e.code(); n],
-        };
-        shard.metrics.group_answered(ApiKey::OffsetCommit, codes.iter().copied().find(|&c| c != 0).unwrap_or(0));
+        let codes = answer.await.unwrap_or_else(|e| vec![e.code(); n]);
+        services.metrics().group_answered(ApiKey::OffsetCommit, codes.iter().copied().find(|&c| c != 0).unwrap_or(0));
         respond(&ctx, &codes, layout)
     })))
 }

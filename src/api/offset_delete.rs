@@ -7,15 +7,14 @@ use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponseParti
 use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetDelete, OffsetDeleteRequest, 0, 0);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetDeleteRequest = ctx.decode(body)?;
-    let catalog = &shard.node.catalog;
+    let catalog = &services.node().catalog;
     // Unknown topics and partitions are answered here; the rest go to the coordinator.
     let mut layout = Vec::with_capacity(request.topics.len());
     let mut valid: Vec<(String, Vec<i32>)> = Vec::new();
@@ -42,10 +41,9 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         let response = OffsetDeleteResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
         return Ok(Handled::Now(ctx.respond(&response)));
     }
-    let id = group_id.clone();
-    let pending = groups::call(&shard, &group_id, move |_, runner| runner.with_state(|state, _| state.delete_offsets(&id, &valid))).await;
+    let answer = services.groups().delete_offsets(group_id, valid).await;
     Ok(Handled::Later(Box::pin(async move {
-        let response = match groups::resolve(pending.await) {
+        let response = match answer.await {
             Err(e) | Ok(Err(e)) => OffsetDeleteResponse::default().with_error_code(e.code()),
             Ok(Ok(codes)) => OffsetDeleteResponse::default().with_topics(
                 layout

@@ -11,17 +11,16 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, NONE};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE};
 use crate::coordinator::offsets::FetchedOffset;
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetFetch, OffsetFetchRequest, 1, 9);
 
 type Topics = Option<Vec<(String, Vec<i32>)>>;
 type Fetched = Vec<(String, Vec<FetchedOffset>)>;
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetFetchRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     // (group, topics, KIP-848 member id and epoch from v9)
@@ -41,23 +40,14 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
     // Enqueue every group's lookup, then gather.
     let mut pending = Vec::with_capacity(wanted.len());
     for (group, topics, member, epoch) in wanted {
-        let id = group.to_string();
-        let asked = topics.clone();
-        let reply = groups::call(&shard, &id.clone(), move |_, runner| {
-            let state = runner.state.borrow();
-            state
-                .validate_fetch_member(&id, member.as_deref(), epoch)
-                .map(|()| state.fetch_offsets(&id, asked.as_deref()))
-                .map_err(|e| e.code())
-        })
-        .await;
+        let reply = services.groups().fetch_offsets(group.to_string(), topics.clone(), member, epoch).await;
         pending.push((group, topics, reply));
     }
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<(GroupId, Topics, Result<Fetched, i16>)> = Vec::with_capacity(pending.len());
         for (group, topics, reply) in pending {
-            let result = groups::resolve(reply.await).map_err(|e| e.code()).and_then(|r| r);
-            shard.metrics.group_answered(ApiKey::OffsetFetch, result.as_ref().err().copied().unwrap_or(0));
+            let result = reply.await.and_then(|r| r).map_err(|e| e.code());
+            services.metrics().group_answered(ApiKey::OffsetFetch, result.as_ref().err().copied().unwrap_or(0));
             results.push((group, topics, result));
         }
         ctx.respond(&shape(results, version))

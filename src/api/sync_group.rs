@@ -7,14 +7,13 @@ use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, groups, ApiEntry, Handled, HandlerResult};
-use crate::coordinator::state::{Response, SyncRequest, SyncResult};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::coordinator::state::{SyncRequest, SyncResult};
 use crate::protocol::RequestContext;
-use crate::runtime::Shard;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SyncGroup, SyncGroupRequest, 0, 5);
 
-async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: SyncGroupRequest = ctx.decode(body)?;
     let version = ctx.api_version;
     // KIP-559: v5 must name the protocol type and name (checked before anything else).
@@ -31,21 +30,10 @@ async fn handle(shard: Rc<Shard>, ctx: RequestContext, body: Bytes) -> HandlerRe
         protocol_name: request.protocol_name.map(|p| p.to_string()),
         assignments: request.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect(),
     };
-    let pending = groups::call(&shard, &sync.group_id.clone(), move |_, runner| {
-        let (token, rx) = runner.waiter();
-        runner.with_state(|state, now| state.sync(now, sync, token));
-        rx
-    })
-    .await;
+    let answer = services.groups().sync(sync).await;
     Ok(Handled::Later(Box::pin(async move {
-        let result = match groups::resolve(pending.await) {
-            Ok(rx) => match rx.await {
-                Ok(Response::Sync(result)) => result,
-                _ => SyncResult::error(ResponseError::CoordinatorNotAvailable),
-            },
-            Err(e) => SyncResult::error(e),
-        };
-        shard.metrics.group_answered(ApiKey::SyncGroup, result.error);
+        let result = answer.await.unwrap_or_else(SyncResult::error);
+        services.metrics().group_answered(ApiKey::SyncGroup, result.error);
         ctx.respond(&shape(result, version))
     })))
 }

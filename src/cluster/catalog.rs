@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::topic_config::TopicConfig;
@@ -31,8 +30,6 @@ pub struct PartitionMeta {
     pub shard: ShardId,
     /// The node that hosts the partition's log and leads it (local storage: one replica).
     pub leader: i32,
-    /// Log end offset published by the owning shard, watched by long-polling fetches.
-    pub end_offset: Arc<watch::Sender<i64>>,
 }
 
 /// A topic. Immutable once published; changes replace it.
@@ -180,14 +177,14 @@ impl Catalog {
     }
 
     /// Builds a topic value with one partition per entry of `placement`; partitions that already
-    /// exist in `previous` keep their watch channels.
+    /// exist in `previous` keep their shard and node.
     pub(crate) fn build(&self, name: String, id: Uuid, config: TopicConfig, placement: Vec<i32>, previous: Option<&Topic>) -> Arc<Topic> {
         let partitions = placement
             .into_iter()
             .enumerate()
             .map(|(p, leader)| match previous.and_then(|t| t.partition(p as i32)) {
-                Some(old) => PartitionMeta { shard: old.shard, leader: old.leader, end_offset: old.end_offset.clone() },
-                None => PartitionMeta { shard: shard_for(id, p as i32, self.shards), leader, end_offset: Arc::new(watch::channel(0).0) },
+                Some(old) => PartitionMeta { shard: old.shard, leader: old.leader },
+                None => PartitionMeta { shard: shard_for(id, p as i32, self.shards), leader },
             })
             .collect();
         Arc::new(Topic { name, id, partitions, config })
@@ -392,7 +389,7 @@ mod tests {
         let b = catalog.build("b".into(), Uuid::new_v4(), TopicConfig::default(), vec![2], None);
         catalog.publish(b.clone());
         let grown = catalog.build("a".into(), t.id, cfg.clone(), vec![1, 2, 3, 1, 2], Some(&t));
-        assert!(Arc::ptr_eq(&grown.partitions[0].end_offset, &t.partitions[0].end_offset));
+        assert_eq!(grown.partitions[0].shard, t.partitions[0].shard);
         catalog.publish(grown);
         catalog.unpublish(&b);
         let applied = LogId::new(openraft::CommittedLeaderId::new(3, 1), 17);

@@ -102,8 +102,8 @@ impl TopicError {
 }
 
 /// Checks a partition count against the node's limit.
-pub fn check_partition_count(shard: &Shard, count: i32) -> Result<(), TopicError> {
-    let max = shard.node.config.topics.max_partitions;
+pub fn check_partition_count(node: &Node, count: i32) -> Result<(), TopicError> {
+    let max = node.config.topics.max_partitions;
     if count < 1 || count > max {
         return Err(TopicError::InvalidPartitions(format!("number of partitions must be between 1 and {max}, got {count}")));
     }
@@ -123,15 +123,14 @@ fn check_node_budget(node: &Node, topic: uuid::Uuid, placement: &[i32]) -> Resul
 /// Creates a topic: validates it, then has the metadata group create it on every node. With
 /// `validate_only` nothing is changed.
 pub async fn create_topic(
-    shard: &Rc<Shard>,
+    node: &Arc<Node>,
     name: &str,
     partitions: i32,
     config: TopicConfig,
     validate_only: bool,
 ) -> Result<Option<Arc<Topic>>, TopicError> {
     validate_topic_name(name).map_err(TopicError::InvalidName)?;
-    check_partition_count(shard, partitions)?;
-    let node = &shard.node;
+    check_partition_count(node, partitions)?;
     let _change = node.catalog.lock().await;
     if node.catalog.get(name).is_some() {
         return Err(TopicError::AlreadyExists(name.to_string()));
@@ -151,8 +150,7 @@ pub async fn create_topic(
 }
 
 /// Adds partitions to a topic, up to `count` in total, placed over the nodes like a new topic's.
-pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
-    let node = &shard.node;
+pub async fn grow_topic(node: &Arc<Node>, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
     let _change = node.catalog.lock().await;
     let topic = node.catalog.get(name).ok_or(TopicError::Unknown)?;
     if is_internal(name) {
@@ -164,7 +162,7 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
             "topic currently has {current} partitions, which is higher than or equal to the requested {count}"
         )));
     }
-    check_partition_count(shard, count)?;
+    check_partition_count(node, count)?;
     let mut placement = topic.placement();
     placement.extend(metadata_group::place(node, topic.id, current..count));
     check_node_budget(node, topic.id, &placement)?;
@@ -180,11 +178,10 @@ pub async fn grow_topic(shard: &Rc<Shard>, name: &str, count: i32, validate_only
 
 /// Deletes a topic: the metadata group removes it from every node, each closing and deleting the
 /// partitions it holds.
-pub async fn delete_topic(shard: &Rc<Shard>, topic: &Arc<Topic>) -> Result<(), TopicError> {
+pub async fn delete_topic(node: &Arc<Node>, topic: &Arc<Topic>) -> Result<(), TopicError> {
     if is_internal(&topic.name) {
         return Err(TopicError::Internal(topic.name.clone()));
     }
-    let node = &shard.node;
     let _change = node.catalog.lock().await;
     match node.catalog.get(&topic.name) {
         Some(current) if current.id == topic.id => {}
@@ -220,8 +217,8 @@ fn open_partition(owner: &Rc<Shard>, topic: &Topic, index: i32) -> Result<(), St
     }
     let config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
     let log = PartitionLog::create(&dir, config, now_ms())?;
-    let meta = topic.partition(index).expect("partition exists");
-    owner.add_partition(topic.id, index, Partition::new(log, meta.end_offset.clone(), node.config.storage.flush_messages));
+    let end_offset = node.end_offsets.publisher(topic.id, index);
+    owner.add_partition(topic.id, index, Partition::new(log, end_offset, node.config.storage.flush_messages));
     Ok(())
 }
 

@@ -17,6 +17,7 @@
 //! - [`events`]: what happened in a group (rebalances and their causes, members, offsets), an
 //!   effect like the others for metrics, history and the log to consume.
 //! - [`rebalances`]: rebalances followed from those events, from their start to their end.
+//! - [`router`]: the coordinator's operations as the group APIs call them, wherever it runs.
 
 pub mod admin;
 pub mod assignor;
@@ -30,6 +31,7 @@ pub mod offsets;
 pub mod rebalances;
 pub mod records;
 pub mod replicated;
+pub mod router;
 pub mod shell;
 pub mod state;
 

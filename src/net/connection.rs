@@ -61,6 +61,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     let writer = tokio::task::spawn_local(write_loop(shard.clone(), write_half, rx, peer));
     let shutdown = shard.node.shutdown.clone();
     let _open = shard.metrics.connection_opened();
+    let services: Rc<dyn api::Services> = shard.clone();
     let idle = Duration::from_millis(config.connections_max_idle_ms);
     let body_timeout = Duration::from_millis(config.request_body_timeout_ms);
     // One timer for the connection's life, not one per request.
@@ -112,7 +113,7 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
         let api = frame
             .get(0..4)
             .and_then(|h| Some((ApiKey::try_from(i16::from_be_bytes([h[0], h[1]])).ok()?, i16::from_be_bytes([h[2], h[3]]))));
-        let (reply, close) = match api::dispatch(&shard, frame, peer).await {
+        let (reply, close) = match api::dispatch(&services, frame, peer).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
             Err(e) => (PendingReply::Close(e), true),

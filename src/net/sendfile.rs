@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 
-use crate::storage::FileSlice;
+use crate::chunk::FileSlice;
 
 /// Largest count Linux transfers in one sendfile call.
 const MAX_SENDFILE: u64 = 0x7fff_f000;

@@ -5,12 +5,12 @@
 //! the first byte is written. This encoder produces exactly that, for Fetch v4–v18 (flexible
 //! encoding from v12). A test checks it byte for byte against the crate's encoder.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Chunk, ChunkedFrame};
-use crate::storage::FileSlice;
+use crate::chunk::FileSlice;
 
 /// The response of one Fetch, before encoding.
 #[derive(Debug, Default)]
@@ -37,8 +37,9 @@ pub struct FetchPartitionReply {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// Record data; `None` is sent as an empty record set.
-    pub records: Option<FileSlice>,
+    /// Record data: a segment-file range or bytes (from an upstream broker); `None` is sent as
+    /// an empty record set.
+    pub records: Option<Chunk>,
 }
 
 impl FetchPartitionReply {
@@ -82,14 +83,16 @@ pub fn encode(correlation_id: i32, version: i16, reply: FetchReply) -> ChunkedFr
             if version >= 11 {
                 w.buf.put_i32(-1); // preferred read replica
             }
-            let len = p.records.as_ref().map_or(0, |s| s.len);
+            let len = p.records.as_ref().map_or(0, Chunk::len);
             if flexible {
                 put_uvarint(&mut w.buf, len as u32 + 1);
             } else {
                 w.buf.put_i32(len as i32);
             }
-            if let Some(slice) = p.records.filter(|s| s.len > 0) {
-                w.file(slice);
+            match p.records {
+                Some(Chunk::File(slice)) if slice.len > 0 => w.file(slice),
+                Some(Chunk::Bytes(bytes)) if !bytes.is_empty() => w.bytes(bytes),
+                _ => {}
             }
             if flexible {
                 w.buf.put_u8(0); // partition tagged fields
@@ -135,6 +138,13 @@ impl Writer {
             self.len += bytes.len() as u64;
             self.chunks.push(Chunk::Bytes(bytes));
         }
+    }
+
+    /// Record bytes from elsewhere go out as they are, not copied into the frame's buffer.
+    fn bytes(&mut self, bytes: Bytes) {
+        self.flush_bytes();
+        self.len += bytes.len() as u64;
+        self.chunks.push(Chunk::Bytes(bytes));
     }
 
     fn file(&mut self, slice: FileSlice) {
@@ -216,7 +226,7 @@ mod tests {
                                 high_watermark: 100,
                                 last_stable_offset: 100,
                                 log_start_offset: 3,
-                                records: Some(FileSlice { file: file.clone(), position: 10, len: 1000 }),
+                                records: Some(Chunk::File(FileSlice { file: file.clone(), position: 10, len: 1000 })),
                             },
                             FetchPartitionReply::error(1, 1),
                             FetchPartitionReply {
@@ -225,7 +235,7 @@ mod tests {
                                 high_watermark: 5,
                                 last_stable_offset: 5,
                                 log_start_offset: 0,
-                                records: None,
+                                records: Some(Chunk::Bytes(Bytes::from_static(b"upstream batch"))),
                             },
                         ],
                     },
@@ -238,7 +248,7 @@ mod tests {
                             high_watermark: 9,
                             last_stable_offset: 9,
                             log_start_offset: 0,
-                            records: Some(FileSlice { file: file.clone(), position: 2000, len: 200 }),
+                            records: Some(Chunk::File(FileSlice { file: file.clone(), position: 2000, len: 200 })),
                         }],
                     },
                 ],
@@ -265,7 +275,7 @@ mod tests {
                     .with_partitions(vec![
                         partition(0, 0, 100, 100, 3, Some(Bytes::copy_from_slice(&data[10..1010]))),
                         partition(1, 1, -1, -1, -1, Some(Bytes::new())),
-                        partition(2, 0, 5, 5, 0, Some(Bytes::new())),
+                        partition(2, 0, 5, 5, 0, Some(Bytes::from_static(b"upstream batch"))),
                     ]),
                 FetchableTopicResponse::default()
                     .with_topic(TopicName(StrBytes::from_static_str("x")))

@@ -10,7 +10,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::storage::FileSlice;
+pub use crate::chunk::Chunk;
 
 /// Why a frame could not be turned into a request. Each closes the connection, as Kafka does.
 #[derive(Debug, thiserror::Error)]
@@ -111,12 +111,6 @@ pub struct ChunkedFrame {
     pub chunks: Vec<Chunk>,
     /// Total bytes on the wire, size prefix included; known before any is written.
     pub len: u64,
-}
-
-#[derive(Debug)]
-pub enum Chunk {
-    Bytes(Bytes),
-    File(FileSlice),
 }
 
 impl Reply {

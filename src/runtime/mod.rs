@@ -5,6 +5,7 @@
 //! the [`Mesh`]; node-wide, read-mostly state ([`crate::node::Node`]) is shared by `Arc`.
 
 mod background;
+pub mod groups;
 pub mod mesh;
 pub mod shard;
 

@@ -11,13 +11,17 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::groups::LocalGroups;
 use super::mesh::{self, Job, ShardId};
 use crate::cluster::metadata_group::{MetadataGroup, METADATA_GROUP, METADATA_SHARD};
+use crate::coordinator::router::GroupRouter;
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::raft::network::SoloNetwork;
 use crate::storage::{Partition, PartitionLog};
+use crate::store::local::LocalStore;
+use crate::store::PartitionStore;
 
 /// Key of a partition owned by a shard.
 pub type PartitionKey = (Uuid, i32);
@@ -34,18 +38,34 @@ pub struct Shard {
     coordinators: RefCell<HashMap<i32, Rc<PartitionRunner>>>,
     /// The metadata group, on its shard.
     metadata: OnceCell<Rc<MetadataGroup>>,
+    /// Where the data APIs find partition data, from this shard.
+    store: Box<dyn PartitionStore>,
+    /// Where the group APIs find the group coordinator, from this shard.
+    groups: Box<dyn GroupRouter>,
 }
 
 impl Shard {
-    pub(crate) fn new(id: ShardId, node: Arc<Node>) -> Shard {
-        Shard {
+    pub(crate) fn new(id: ShardId, node: Arc<Node>) -> Rc<Shard> {
+        Rc::new_cyclic(|shard| Shard {
             id,
             metrics: ShardMetrics::new(id),
             node,
             partitions: RefCell::new(HashMap::new()),
             coordinators: RefCell::new(HashMap::new()),
             metadata: OnceCell::new(),
-        }
+            store: Box::new(LocalStore::new(shard.clone())),
+            groups: Box::new(LocalGroups::new(shard.clone())),
+        })
+    }
+
+    /// The group coordinator as the group APIs reach it from this shard.
+    pub fn groups(&self) -> &dyn GroupRouter {
+        self.groups.as_ref()
+    }
+
+    /// The partition store the data APIs use on this shard.
+    pub fn store(&self) -> &dyn PartitionStore {
+        self.store.as_ref()
     }
 
     pub fn partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
@@ -56,7 +76,9 @@ impl Shard {
         self.partitions.borrow_mut().insert((topic_id, partition), p);
     }
 
+    /// Closes a partition for good (its topic was deleted).
     pub fn remove_partition(&self, topic_id: Uuid, partition: i32) -> Option<Rc<Partition>> {
+        self.node.end_offsets.remove(topic_id, partition);
         self.partitions.borrow_mut().remove(&(topic_id, partition))
     }
 
@@ -105,7 +127,7 @@ impl Shard {
                 // `__consumer_offsets` is written only by applying Raft entries, which are durable
                 // in the Raft log already; its own fsyncs happen at checkpoints.
                 let flush_messages = if topic.name == crate::cluster::OFFSETS_TOPIC { 0 } else { node.config.storage.flush_messages };
-                let partition = Partition::new(log, meta.end_offset.clone(), flush_messages);
+                let partition = Partition::new(log, node.end_offsets.publisher(topic.id, index as i32), flush_messages);
                 self.add_partition(topic.id, index as i32, partition);
             }
         }
@@ -209,6 +231,24 @@ impl Shard {
     }
 }
 
+impl crate::api::Services for Shard {
+    fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
+    fn store(&self) -> &dyn PartitionStore {
+        Shard::store(self)
+    }
+
+    fn groups(&self) -> &dyn GroupRouter {
+        Shard::groups(self)
+    }
+}
+
 /// Everything a shard thread needs to start.
 pub(crate) struct ShardStart {
     pub(crate) id: ShardId,
@@ -238,7 +278,7 @@ pub(crate) fn run(start: ShardStart) -> Result<(), String> {
 
 async fn serve(start: ShardStart) -> Result<(), String> {
     let ShardStart { id, node, inbox, listener, started, drained, .. } = start;
-    let shard = Rc::new(Shard::new(id, node.clone()));
+    let shard = Shard::new(id, node.clone());
     let opened = match shard.open_partitions() {
         Ok(()) => shard.start_coordinators().await,
         Err(e) => Err(e),

@@ -14,6 +14,7 @@
 //! [`partition::Partition`] wraps it for its owning shard: background fsyncs with group commit
 //! and the log-end watch that wakes long-polling fetches on every shard.
 
+mod end_offsets;
 mod error;
 mod index;
 pub mod log;
@@ -22,25 +23,13 @@ mod producer_state;
 mod segment;
 mod timestamp_scan;
 
-use std::fs::File;
-use std::sync::Arc;
-
+pub use crate::chunk::FileSlice;
+pub use end_offsets::EndOffsets;
 pub use error::StorageError;
 pub use log::{AppendInfo, OpenReport, PartitionLog, ReadInfo, RetentionReport};
 pub use partition::Partition;
 pub use producer_state::SequenceError;
 pub use timestamp_scan::TimestampLookup;
-
-/// A byte range of a segment file: what a fetch sends with sendfile(2).
-///
-/// Holding the `Arc<File>` keeps the bytes readable even if retention deletes the segment while
-/// the response is being written.
-#[derive(Debug, Clone)]
-pub struct FileSlice {
-    pub file: Arc<File>,
-    pub position: u64,
-    pub len: u64,
-}
 
 /// Per-partition log settings (the topic's configs over the broker defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -58,6 +58,11 @@ impl TestServer {
         Client::connect(self.addr)
     }
 
+    /// The running node (for tests that reach its shards through the mesh).
+    pub fn node(&self) -> &std::sync::Arc<corral::node::Node> {
+        self.server.as_ref().expect("the server runs").node()
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }

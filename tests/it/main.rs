@@ -12,6 +12,7 @@ mod harness;
 mod requests;
 mod t10_protocol;
 mod t20_produce_fetch;
+mod t25_store;
 mod t30_topics;
 mod t40_restart;
 mod t50_groups;

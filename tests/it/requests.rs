@@ -16,6 +16,11 @@ pub fn name(s: &str) -> TopicName {
 
 /// One v2 record batch of `n` records; `producer` = (id, epoch, base sequence) for idempotence.
 pub fn batch(n: usize, value_len: usize, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
+    batch_at(n, value_len, 1_700_000_000_000, compression, producer)
+}
+
+/// [`batch`], with record timestamps from `timestamp` on, one millisecond apart.
+pub fn batch_at(n: usize, value_len: usize, timestamp: i64, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
             transactional: false,
@@ -26,7 +31,7 @@ pub fn batch(n: usize, value_len: usize, compression: Compression, producer: Opt
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: producer.map_or(i as i32 - 1, |p| p.2 + i as i32),
-            timestamp: 1_700_000_000_000 + i as i64,
+            timestamp: timestamp + i as i64,
             key: Some(Bytes::from(format!("key-{i}"))),
             value: Some(Bytes::from(vec![b'x'; value_len])),
             headers: Default::default(),

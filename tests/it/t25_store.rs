@@ -1,0 +1,309 @@
+//! The partition store's conformance suite: what every implementation of
+//! `corral::store::PartitionStore` must do, checked through the trait alone. Appends get
+//! consecutive offsets and read back as the producer sent them; fetches start at the batch holding the
+//! offset, long-poll, keep `max_bytes` as Kafka does (KIP-74); offsets are looked up by bound and
+//! by timestamp; idempotent retries are not stored twice; bad batches and unknown partitions get
+//! Kafka's errors.
+//!
+//! Each case runs against the local store of a node started in-process (on one of its shards,
+//! through the mesh), on a topic of two partitions.
+
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corral::chunk::Chunk;
+use corral::runtime::Shard;
+use corral::store::{Append, FetchPlan, OffsetQuery, OffsetSpec, PartitionData, PartitionFetch, PartitionRef, PartitionStore};
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+
+use crate::harness::TestServer;
+use crate::requests::create_topic;
+
+const TOPIC: &str = "conformance";
+/// Timestamp of the first record of the first batch; each batch is a second later.
+const T0: i64 = 1_700_000_000_000;
+
+/// Runs `case` on a shard of a fresh node whose topic `conformance` has two partitions.
+fn run<F>(case: F)
+where
+    F: for<'a> FnOnce(&'a dyn PartitionStore, [PartitionRef; 2]) -> futures_util::future::LocalBoxFuture<'a, ()> + Send + 'static,
+{
+    let server = TestServer::start();
+    create_topic(&mut server.client(), TOPIC, 2);
+    let node = server.node().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime
+        .block_on(node.mesh.run_on(0, move |shard: Rc<Shard>| async move {
+            let topic = shard.node.catalog.get(TOPIC).expect("topic exists");
+            let partitions = [PartitionRef { topic: topic.clone(), index: 0 }, PartitionRef { topic, index: 1 }];
+            case(shard.store(), partitions).await;
+        }))
+        .expect("the shard runs the case");
+}
+
+/// A batch of `n` records of 100 bytes, timestamps from `timestamp` on; `producer` = (id, epoch,
+/// base sequence) for an idempotent producer.
+fn batch(n: usize, timestamp: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
+    crate::requests::batch_at(n, 100, timestamp, Compression::None, producer)
+}
+
+/// Appends each batch to `partition`, one store call each; the base offsets (or codes).
+async fn append(store: &dyn PartitionStore, partition: &PartitionRef, batches: &[Bytes]) -> Vec<Result<i64, ResponseError>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let appended = store.append(vec![Append { partition: partition.clone(), batch: b.clone() }]).await;
+        out.extend(appended.await.into_iter().map(|r| r.map(|a| a.base_offset).map_err(|e| e.code())));
+    }
+    out
+}
+
+fn read(partition: &PartitionRef, fetch_offset: i64, max_bytes: u64) -> PartitionFetch {
+    PartitionFetch { partition: partition.clone(), fetch_offset, max_bytes, current_leader_epoch: -1 }
+}
+
+fn plan(partitions: Vec<PartitionFetch>, max_bytes: u64, max_wait: Duration) -> FetchPlan {
+    FetchPlan { partitions, max_bytes, min_bytes: 1, max_wait }
+}
+
+/// The record bytes of a fetched partition, wherever they are.
+fn bytes_of(data: &PartitionData) -> Vec<u8> {
+    match &data.records {
+        None => Vec::new(),
+        Some(Chunk::Bytes(b)) => b.to_vec(),
+        Some(Chunk::File(slice)) => {
+            let mut buf = vec![0; slice.len as usize];
+            slice.file.read_exact_at(&mut buf, slice.position).unwrap();
+            buf
+        }
+    }
+}
+
+fn concat(batches: &[Bytes]) -> Vec<u8> {
+    batches.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+/// Batches with the two fields a store sets cleared: the base offset (bytes 0..8) and the
+/// partition leader epoch (12..16); everything the CRC covers is the producer's.
+fn without_assigned_fields(mut records: Vec<u8>) -> Vec<u8> {
+    let mut at = 0;
+    while at + 16 <= records.len() {
+        let len = i32::from_be_bytes(records[at + 8..at + 12].try_into().unwrap()) as usize + 12;
+        records[at..at + 8].fill(0);
+        records[at + 12..at + 16].fill(0);
+        at += len;
+    }
+    records
+}
+
+fn same_batches(stored: &PartitionData, sent: &[Bytes]) -> bool {
+    without_assigned_fields(bytes_of(stored)) == without_assigned_fields(concat(sent))
+}
+
+async fn fetch_one(store: &dyn PartitionStore, partition: &PartitionRef, offset: i64) -> Result<PartitionData, ResponseError> {
+    let mut results = store.fetch(plan(vec![read(partition, offset, 1 << 20)], 1 << 20, Duration::ZERO)).await;
+    results.remove(0).map_err(|e| e.code())
+}
+
+async fn offset_of(store: &dyn PartitionStore, partition: &PartitionRef, spec: OffsetSpec) -> Result<Option<(i64, i64)>, ResponseError> {
+    let query = OffsetQuery { partition: partition.clone(), spec, current_leader_epoch: -1 };
+    store.list_offsets(vec![query]).await.remove(0).map_err(|e| e.code())
+}
+
+/// Three batches of 5 records, at T0, T0 + 1 s and T0 + 2 s.
+fn three_batches() -> [Bytes; 3] {
+    [batch(5, T0, None), batch(5, T0 + 1000, None), batch(5, T0 + 2000, None)]
+}
+
+#[test]
+fn appends_get_consecutive_offsets_and_read_back_as_sent() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            let batches = three_batches();
+            assert_eq!(append(store, &p0, &batches).await, vec![Ok(0), Ok(5), Ok(10)]);
+            let data = fetch_one(store, &p0, 0).await.unwrap();
+            assert!(same_batches(&data, &batches), "the batches as the producer sent them");
+            assert_eq!((data.high_watermark, data.log_start_offset), (15, 0));
+            // The other partition is a log of its own.
+            assert_eq!(append(store, &p1, &batches[..1]).await, vec![Ok(0)]);
+        })
+    });
+}
+
+/// Stored batches carry the offsets the store assigned, whatever base offset the producer sent.
+#[test]
+fn fetched_batches_carry_the_assigned_base_offsets() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            let batches = three_batches();
+            append(store, &p0, &batches).await;
+            let bytes = bytes_of(&fetch_one(store, &p0, 0).await.unwrap());
+            assert_eq!(crate::requests::batch_offsets(&bytes), vec![0, 5, 10]);
+        })
+    });
+}
+
+#[test]
+fn a_fetch_starts_at_the_batch_holding_its_offset() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()).await;
+            let bytes = bytes_of(&fetch_one(store, &p0, 7).await.unwrap());
+            assert_eq!(crate::requests::batch_offsets(&bytes), vec![5, 10]);
+            let at_end = fetch_one(store, &p0, 15).await.unwrap();
+            assert!(bytes_of(&at_end).is_empty(), "nothing at the log end");
+        })
+    });
+}
+
+#[test]
+fn a_fetch_outside_the_log_is_out_of_range() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()).await;
+            assert_eq!(fetch_one(store, &p0, 16).await.unwrap_err(), ResponseError::OffsetOutOfRange);
+            assert_eq!(fetch_one(store, &p0, -1).await.unwrap_err(), ResponseError::OffsetOutOfRange);
+        })
+    });
+}
+
+/// A fetch at the log end waits for the next append and answers with it. (No time is asserted:
+/// without a wake-up the fetch would wait out its 30 s and the outer 20 s limit fails the case.)
+#[test]
+fn a_fetch_at_the_log_end_wakes_up_on_an_append() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()[..1]).await;
+            let waiting = store.fetch(plan(vec![read(&p0, 5, 1 << 20)], 1 << 20, Duration::from_secs(30)));
+            let later = batch(3, T0 + 5000, None);
+            let append_later = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                append(store, &p0, std::slice::from_ref(&later)).await
+            };
+            let (fetched, appended) = tokio::time::timeout(Duration::from_secs(20), futures_util::future::join(waiting, append_later))
+                .await
+                .expect("the waiting fetch woke up on the append");
+            assert_eq!(appended, vec![Ok(5)]);
+            let data = fetched.into_iter().next().unwrap().unwrap();
+            assert_eq!(crate::requests::batch_offsets(&bytes_of(&data)), vec![5]);
+        })
+    });
+}
+
+#[test]
+fn a_fetch_with_nothing_new_answers_empty_after_max_wait() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()).await;
+            let results = store.fetch(plan(vec![read(&p0, 15, 1 << 20)], 1 << 20, Duration::from_millis(200))).await;
+            let data = results.into_iter().next().unwrap().unwrap();
+            assert!(bytes_of(&data).is_empty());
+            assert_eq!(data.high_watermark, 15);
+        })
+    });
+}
+
+/// KIP-74: the first partition with data keeps its whole first batch even past `max_bytes`;
+/// later partitions get only what the budget leaves (here nothing).
+#[test]
+fn max_bytes_keeps_the_first_batch_whole_and_cuts_the_rest() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            let batches = three_batches();
+            append(store, &p0, &batches).await;
+            append(store, &p1, &batches).await;
+            let results = store.fetch(plan(vec![read(&p0, 0, 1 << 20), read(&p1, 0, 1 << 20)], 1, Duration::ZERO)).await;
+            let [first, second]: [_; 2] = results.try_into().unwrap();
+            assert!(same_batches(&first.unwrap(), &batches[..1]), "one whole batch");
+            let second = second.unwrap();
+            assert!(bytes_of(&second).is_empty());
+            assert_eq!(second.high_watermark, 15, "a partition cut to nothing still reports its offsets");
+
+            // Each partition's own limit applies too.
+            let limit = (batches[0].len() + batches[1].len()) as u64;
+            let results = store.fetch(plan(vec![read(&p0, 0, limit)], 1 << 20, Duration::ZERO)).await;
+            let bytes = bytes_of(results[0].as_ref().unwrap());
+            assert_eq!(crate::requests::batch_offsets(&bytes), vec![0, 5]);
+        })
+    });
+}
+
+#[test]
+fn offsets_are_found_by_bound_and_by_timestamp() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()).await;
+            assert_eq!(offset_of(store, &p0, OffsetSpec::Earliest).await, Ok(Some((0, -1))));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::Latest).await, Ok(Some((15, -1))));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::AtOrAfter(T0 + 1000)).await.unwrap().map(|f| f.0), Some(5));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::AtOrAfter(T0 + 1002)).await.unwrap(), Some((7, T0 + 1002)));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::AtOrAfter(T0 + 9000)).await, Ok(None));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::AtOrAfterElseEnd(T0 + 9000)).await, Ok(Some((15, -1))));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::MaxTimestamp).await, Ok(Some((14, T0 + 2004))));
+            // An empty partition: both bounds are 0, and no record has a timestamp.
+            assert_eq!(offset_of(store, &p1, OffsetSpec::Latest).await, Ok(Some((0, -1))));
+            assert_eq!(offset_of(store, &p1, OffsetSpec::AtOrAfter(T0)).await, Ok(None));
+        })
+    });
+}
+
+/// A producer's retry of a batch already stored is answered with the first append's offset and
+/// not stored again; a gap in its sequence numbers is refused.
+#[test]
+fn an_idempotent_retry_is_stored_once() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            let first = batch(5, T0, Some((4000, 0, 0)));
+            let second = batch(5, T0 + 1000, Some((4000, 0, 5)));
+            assert_eq!(append(store, &p0, &[first, second.clone(), second]).await, vec![Ok(0), Ok(5), Ok(5)]);
+            assert_eq!(offset_of(store, &p0, OffsetSpec::Latest).await, Ok(Some((10, -1))));
+            let gap = batch(5, T0 + 2000, Some((4000, 0, 20)));
+            assert_eq!(append(store, &p0, &[gap]).await, vec![Err(ResponseError::OutOfOrderSequenceNumber)]);
+        })
+    });
+}
+
+#[test]
+fn a_corrupt_batch_is_refused_and_nothing_is_stored() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            let mut corrupt = batch(5, T0, None).to_vec();
+            let last = corrupt.len() - 1;
+            corrupt[last] ^= 0xff;
+            assert_eq!(append(store, &p0, &[Bytes::from(corrupt)]).await, vec![Err(ResponseError::CorruptMessage)]);
+            assert_eq!(offset_of(store, &p0, OffsetSpec::Latest).await, Ok(Some((0, -1))));
+        })
+    });
+}
+
+/// Appends in one call are answered in the order given, each partition's in order.
+#[test]
+fn one_call_appends_to_several_partitions_in_order() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            let b = three_batches();
+            let appends = vec![
+                Append { partition: p0.clone(), batch: b[0].clone() },
+                Append { partition: p1.clone(), batch: b[1].clone() },
+                Append { partition: p0.clone(), batch: b[2].clone() },
+            ];
+            let results: Vec<i64> = store.append(appends).await.await.into_iter().map(|r| r.unwrap().base_offset).collect();
+            assert_eq!(results, vec![0, 0, 5]);
+        })
+    });
+}
+
+#[test]
+fn a_partition_the_topic_lacks_is_unknown() {
+    run(|store, [p0, _]| {
+        Box::pin(async move {
+            let missing = PartitionRef { topic: p0.topic.clone(), index: 7 };
+            let unknown = ResponseError::UnknownTopicOrPartition;
+            assert_eq!(append(store, &missing, &[batch(1, T0, None)]).await, vec![Err(unknown)]);
+            assert_eq!(fetch_one(store, &missing, 0).await.unwrap_err(), unknown);
+            assert_eq!(offset_of(store, &missing, OffsetSpec::Latest).await, Err(unknown));
+        })
+    });
+}
