@@ -102,3 +102,47 @@ need_cargo() {
         rustup component add rustfmt clippy || die "cannot install rustfmt and clippy with rustup"
     fi
 }
+
+# --- Maven Central ------------------------------------------------------------------------------
+
+# sha256 of the files given, as one line: what a cached Maven result was made from.
+inputs_sha() {
+    cat "$@" | sha256sum | cut -d' ' -f1
+}
+
+# maven_copy_deps POM DIR: resolves every dependency of POM (pinned versions) into DIR with
+# `mvn dependency:copy-dependencies`, unless DIR/.complete says it already holds them for this
+# very POM. Resolves into a fresh directory next to DIR and renames it on success, so an
+# interrupted run never leaves a partial DIR behind that looks complete.
+maven_copy_deps() {
+    local pom="$1" dir="$2" want
+    want="$(inputs_sha "$pom")"
+    if [ -f "$dir/.complete" ] && [ "$(cat "$dir/.complete")" = "$want" ]; then
+        return 0
+    fi
+    command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven is needed to install $pom's dependencies"
+    printf 'resolving %s into %s (mvn)\n' "$pom" "$dir" >&2
+    rm -rf "$dir.partial"
+    mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DoutputDirectory="$dir.partial" \
+        || die "cannot resolve the dependencies of $pom from Maven Central"
+    printf '%s\n' "$want" >"$dir.partial/.complete"
+    rm -rf "$dir"
+    mv "$dir.partial" "$dir"
+}
+
+# maven_package POM [SOURCE...]: `mvn package` of POM's project unless its target/.complete says
+# it was built from these very POM and sources.
+maven_package() {
+    local pom="$1" target want
+    shift
+    target="$(dirname "$pom")/target"
+    want="$(inputs_sha "$pom" "$@")"
+    if [ -f "$target/.complete" ] && [ "$(cat "$target/.complete")" = "$want" ]; then
+        return 0
+    fi
+    command -v mvn >/dev/null 2>&1 || die "mvn not found: Maven is needed to build $pom"
+    printf 'building %s (mvn package)\n' "$pom" >&2
+    rm -rf "$target"
+    mvn -q -B -Dstyle.color=never -f "$pom" package || die "cannot build $pom"
+    printf '%s\n' "$want" >"$target/.complete"
+}

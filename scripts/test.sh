@@ -8,10 +8,11 @@
 # compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime, Prometheus, Chromium),
 # builds kustomize from its Go module, creates .venv with
 # the pinned Python packages of tests/e2e/requirements.txt, installs KafkaJS from
-# tests/e2e/js/package-lock.json, then checks `cargo fmt --check` and `cargo clippy
-# --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo test` and the end-to-end suite
-# (pytest tests/e2e). Anything that cannot be installed fails the run: nothing
-# is skipped.
+# tests/e2e/js/package-lock.json, resolves Apache Kafka 4.4 from Maven Central (tests/kafka/pom.xml,
+# into .cache/) and builds the Java client program of tests/e2e/java, then checks `cargo fmt
+# --check` and `cargo clippy --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo
+# test` and the end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the
+# run: nothing is skipped.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,6 +93,24 @@ export KUSTOMIZE
 "$VENV/bin/python" -c 'import kubernetes_validate' || die "kubernetes-validate is missing from .venv"
 printf 'prometheus: %s\nchromium: %s\nkustomize: %s\n' \
     "$(prometheus --version 2>&1 | head -n1)" "$(chromium --version 2>/dev/null | head -n1)" "$KUSTOMIZE_VERSION" >&2
+
+# --- Apache Kafka and the Java client -----------------------------------------------------------
+
+# tests/e2e/apache_kafka.py runs a real Kafka 4.4 cluster (3 KRaft brokers) from Maven Central's
+# jars, resolved from tests/kafka/pom.xml into .cache/kafka-4.4.0/libs; tests/e2e/java is the Java
+# client program of test_java_client.py (kafka-clients and kafka-tools 4.4.0), built into its
+# target/. Both are pinned and redone only when their pom or sources change.
+phase "apache kafka 4.4.0 and the java client (maven)"
+need_cmd java default-jre-headless
+need_cmd javac default-jdk-headless
+need_cmd mvn maven
+maven_copy_deps tests/kafka/pom.xml "$ROOT/.cache/kafka-4.4.0/libs"
+ls "$ROOT"/.cache/kafka-4.4.0/libs/kafka_2.13-4.4.0.jar >/dev/null || die "kafka_2.13-4.4.0.jar missing from .cache/kafka-4.4.0/libs"
+# shellcheck disable=SC2046 # the sources are plain paths
+maven_package tests/e2e/java/pom.xml $(find tests/e2e/java/src -type f | sort)
+[ -f tests/e2e/java/target/corral-e2e-java.jar ] || die "tests/e2e/java did not build target/corral-e2e-java.jar"
+printf 'kafka 4.4.0: %s jars in .cache/kafka-4.4.0/libs | java client: tests/e2e/java/target | %s\n' \
+    "$(find "$ROOT/.cache/kafka-4.4.0/libs" -name '*.jar' | wc -l)" "$(mvn -v 2>/dev/null | head -n1 | sed 's/\x1b\[[0-9;]*m//g')" >&2
 
 # --- build and tests ----------------------------------------------------------------------------
 

@@ -85,7 +85,8 @@ impl CoordinatorState {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     metadata: if stable { m.metadata_for(&protocol) } else { Bytes::new() },
-                    assignment: if stable { m.assignment.clone() } else { Bytes::new() },
+                    // Kafka 4's coordinator reports the last synced assignment in every state.
+                    assignment: m.assignment.clone(),
                 })
                 .collect(),
         })

@@ -848,6 +848,20 @@ fn list_and_describe() {
     assert!(h.state.describe_group("nope").is_none());
 }
 
+#[test]
+fn describe_outside_stable_gives_assignments_without_metadata() {
+    let mut h = Harness::new();
+    let (a, _) = h.stable_single("g");
+    let (b, _) = h.join_new("g");
+    assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
+    let d = h.state.describe_group("g").unwrap();
+    assert_eq!((d.state, d.protocol_data.as_str()), ("PreparingRebalance", ""));
+    let member = |id: &str| d.members.iter().find(|m| m.member_id == id).unwrap().clone();
+    // As Kafka 4: the last synced assignment stays visible; metadata only once Stable.
+    assert_eq!((&member(&a).assignment[..], &member(&a).metadata[..]), (&b"assignment"[..], &b""[..]));
+    assert!(member(&b).assignment.is_empty());
+}
+
 /// Strings stored with a 16-bit length in the group's record are refused when longer, with
 /// INVALID_REQUEST, before anything is created (a cut string would corrupt the record).
 #[test]

@@ -8,6 +8,9 @@ directory, as an operator restarting a broker would.
 
 The server's stderr goes to a file next to its data directory; when a test fails, the end of that
 file is attached to the test report. Every server is stopped by its PID at teardown.
+
+`apache_kafka` and `apache_kafka_classic` are real Apache Kafka 4.4 clusters (apache_kafka.py),
+one of each per session, started by the first test that asks for one.
 """
 
 from __future__ import annotations
@@ -145,8 +148,9 @@ class CorralServer:
             args = [prlimit, f"--as={ADDRESS_SPACE_BYTES}", "--", *args]
         return args
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "CorralServer":
-        """Starts the server and returns once /health/ready answers 200."""
+    def start(self, timeout: float = START_TIMEOUT_S, ready: bool = True) -> "CorralServer":
+        """Starts the server and returns once /health/ready answers 200 (`ready=False`: once it
+        logs that it is serving)."""
         assert not self.alive(), "server is already running"
         self.starts += 1
         args = self.command()
@@ -161,10 +165,10 @@ class CorralServer:
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
             )
         _LIVE[self.proc.pid] = self.proc
-        self._wait_serving(timeout)
+        self._wait_serving(timeout, ready)
         return self
 
-    def _wait_serving(self, timeout: float) -> None:
+    def _wait_serving(self, timeout: float, ready: bool = True) -> None:
         deadline = time.monotonic() + timeout
         while True:
             rc = self.proc.poll()
@@ -182,7 +186,7 @@ class CorralServer:
             assert kafka_port == self.kafka_port, f"restarted on another port: {m.group(0)}"
             assert admin_port == self.admin_port, f"restarted on another port: {m.group(0)}"
         self.kafka_port, self.admin_port = kafka_port, admin_port
-        while True:
+        while ready:
             status = None
             try:
                 status, _ = self.http_get("/health/ready", timeout=2.0)
@@ -329,6 +333,81 @@ def cluster(corral_factory, request):
     c = Cluster(corral_factory, size=3, relays=False)
     request.addfinalizer(c.close)
     return c.start()
+
+
+# --- Apache Kafka (apache_kafka.py) ---------------------------------------------------------------
+
+# fixture name -> `group.coordinator.rebalance.protocols` of that session cluster (None: Kafka's
+# default, classic and KIP-848).
+_KAFKA_KINDS = {"apache_kafka": None, "apache_kafka_classic": "classic"}
+# The clusters this session started, by fixture name.
+_KAFKA_CLUSTERS: dict[str, object] = {}
+
+
+def _session_kafka(tmp_path_factory, name: str):
+    from apache_kafka import ApacheKafkaCluster
+
+    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp(name), live=_LIVE, rebalance_protocols=_KAFKA_KINDS[name])
+    _KAFKA_CLUSTERS[name] = cluster
+    try:
+        cluster.start_all()
+    except BaseException:
+        cluster.stop()
+        raise
+    print(f"\n{name}: 3 Kafka brokers started in {cluster.start_seconds:.1f}s at {cluster.bootstrap}")
+    yield cluster
+    cluster.stop()  # a no-op if the last test that used it stopped it
+    _KAFKA_CLUSTERS.pop(name, None)
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory):
+    """A real Apache Kafka 4.4 cluster: 3 KRaft nodes (broker + controller each) on 127.0.0.1,
+    replication factor 3, min.insync.replicas 2, serving the classic and the KIP-848 group
+    protocols (Kafka's default). Started once per session, on first use; stopped by PID at the
+    end (or after the last test that uses it). `.bootstrap`, `.ports`, `.kill(i)`, `.start(i)`
+    (see apache_kafka.py). A test that leaves a broker down need not restart it: `_kafka_whole`
+    does before the next test."""
+    yield from _session_kafka(tmp_path_factory, "apache_kafka")
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_classic(tmp_path_factory):
+    """As `apache_kafka`, a second cluster with `group.coordinator.rebalance.protocols=classic`
+    and the group.version=0 feature (KIP-848 disabled on Kafka: ConsumerGroupHeartbeat gets
+    UNSUPPORTED_VERSION): the Kafka that corral's upstream role sits in front of."""
+    yield from _session_kafka(tmp_path_factory, "apache_kafka_classic")
+
+
+def _last_kafka_users(session) -> dict[str, object]:
+    """For each Kafka fixture, the last test of this run that uses it."""
+    last = getattr(session, "_last_kafka_users", None)
+    if last is None:
+        last = {name: item for item in session.items for name in _KAFKA_KINDS if name in getattr(item, "fixturenames", ())}
+        session._last_kafka_users = last
+    return last
+
+
+@pytest.fixture(autouse=True)
+def _kafka_whole(request):
+    """Before each test that uses a Kafka cluster: every broker a test before it killed is
+    started again, and the test waits until all three are registered. The brokers' logs are
+    attached to the report if the test fails.
+
+    After the last test of the run that uses a cluster, its brokers are stopped rather than left
+    idle until the end of the session (an idle cluster costs about 6% of a core); a test after it
+    that used the cluster anyway would find it started again."""
+    used = [name for name in _KAFKA_KINDS if name in request.fixturenames]
+    for name in used:
+        cluster = request.getfixturevalue(name)
+        cluster.ensure_running()
+        extra = getattr(request.node, "_extra_logs", [])
+        request.node._extra_logs = extra + [(f"{name} broker {b.index}", b.log_path) for b in cluster.brokers]
+    yield
+    last = _last_kafka_users(request.session)
+    for name in used:
+        if last.get(name) is request.node and name in _KAFKA_CLUSTERS:
+            _KAFKA_CLUSTERS[name].stop()
 
 
 @pytest.fixture

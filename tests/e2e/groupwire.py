@@ -38,6 +38,12 @@ GROUP_ID_NOT_FOUND = 69
 NON_EMPTY_GROUP = 68
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+# Used by test_kafka_reference.py.
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+OFFSET_DELETE = 47
 
 
 # --- consumer protocol payloads -----------------------------------------------------------------
@@ -331,3 +337,115 @@ class GroupConn(Conn):
         _, groups = self.call(describe_groups_v0, parse_describe_groups_v0, [group])
         assert len(groups) == 1 and groups[0].group_id == group
         return groups[0]
+
+
+# --- more versions (test_kafka_reference.py) ----------------------------------------------------
+
+
+def leave_group_v3(corr: int, group: str, members: list[tuple[str, str | None]]) -> bytes:
+    """LeaveGroup v3 (batch, KIP-345): members are (member id, group instance id); an empty member
+    id with an instance id is the admin clients' removal by instance id."""
+    return request(LEAVE_GROUP, 3, corr, string(group) + array([string(m) + string(i) for m, i in members]))
+
+
+def parse_leave_group_v3(frame: bytes) -> tuple[int, int, list[tuple[str, str | None, int]]]:
+    """(correlation id, top-level error, [(member id, instance id, error)])."""
+    r = Reader(frame)
+    corr = r.take("i")
+    r.take("i")  # throttle
+    error = r.take("h")
+    members = [(r.string(), r.string(), r.take("h")) for _ in range(r.take("i"))]
+    assert r.done()
+    return corr, error, members
+
+
+def describe_groups_v4(corr: int, groups: list[str], include_authorized_operations: bool = False) -> bytes:
+    """DescribeGroups v4: members carry their group instance id; v3+ can ask for the authorized
+    operations."""
+    return request(DESCRIBE_GROUPS, 4, corr, array([string(g) for g in groups]) + i8(1 if include_authorized_operations else 0))
+
+
+@dataclass
+class GroupDescriptionV4:
+    error: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[tuple[str, str | None, str, str, bytes, bytes]]  # member id, instance id, client id, host, metadata, assignment
+    authorized_operations: int
+
+
+def parse_describe_groups_v4(frame: bytes) -> tuple[int, list[GroupDescriptionV4]]:
+    r = Reader(frame)
+    corr = r.take("i")
+    r.take("i")  # throttle
+    groups = []
+    for _ in range(r.take("i")):
+        error, gid, state, ptype, proto = r.take("h"), r.string(), r.string(), r.string(), r.string()
+        members = [(r.string(), r.string(), r.string(), r.string(), r.nbytes(), r.nbytes()) for _ in range(r.take("i"))]
+        groups.append(GroupDescriptionV4(error, gid, state, ptype, proto, members, r.take("i")))
+    assert r.done()
+    return corr, groups
+
+
+def offset_commit_v7(
+    corr: int,
+    group: str,
+    generation: int,
+    member_id: str,
+    offsets: dict[tuple[str, int], int],
+    instance_id: str | None = None,
+    metadata: dict[tuple[str, int], str | None] | None = None,
+) -> bytes:
+    """OffsetCommit v7 (the last non-flexible version): group instance id, per-partition leader
+    epoch (-1) and metadata (`metadata` by partition, "" where not given)."""
+    metadata = metadata or {}
+    topics: dict[str, list[bytes]] = {}
+    for (t, p), o in offsets.items():
+        topics.setdefault(t, []).append(i32(p) + i64(o) + i32(-1) + string(metadata.get((t, p), "")))
+    body = string(group) + i32(generation) + string(member_id) + string(instance_id)
+    body += array([string(t) + array(ps) for t, ps in topics.items()])
+    return request(OFFSET_COMMIT, 7, corr, body)
+
+
+def parse_offset_commit_v7(frame: bytes) -> tuple[int, dict[tuple[str, int], int]]:
+    r = Reader(frame)
+    corr = r.take("i")
+    r.take("i")  # throttle
+    out = {}
+    for _ in range(r.take("i")):
+        t = r.string()
+        for _ in range(r.take("i")):
+            p, err = r.take("i"), r.take("h")
+            out[(t, p)] = err
+    assert r.done()
+    return corr, out
+
+
+def find_coordinator_v1_key_type(corr: int, key: str, key_type: int) -> bytes:
+    """FindCoordinator v1 with any key type (0 group, 1 transaction, 2 share from v6)."""
+    return request(FIND_COORDINATOR, 1, corr, string(key) + i8(key_type))
+
+
+def offset_delete_v0(corr: int, group: str, parts: list[tuple[str, int]]) -> bytes:
+    """OffsetDelete v0 (KIP-496)."""
+    topics: dict[str, list[bytes]] = {}
+    for t, p in parts:
+        topics.setdefault(t, []).append(i32(p))
+    return request(OFFSET_DELETE, 0, corr, string(group) + array([string(t) + array(ps) for t, ps in topics.items()]))
+
+
+def parse_offset_delete_v0(frame: bytes) -> tuple[int, int, dict[tuple[str, int], int]]:
+    """(correlation id, top-level error, {(topic, partition): error})."""
+    r = Reader(frame)
+    corr, error = r.take("i"), r.take("h")
+    r.take("i")  # throttle
+    out = {}
+    for _ in range(r.take("i")):
+        t = r.string()
+        for _ in range(r.take("i")):
+            p, err = r.take("i"), r.take("h")
+            out[(t, p)] = err
+    assert r.done()
+    return corr, error, out

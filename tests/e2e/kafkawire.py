@@ -300,3 +300,30 @@ def parse_fetch_v4(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int, 
             out[(topic, part)] = (err, hw, r.nbytes())
     assert r.done()
     return corr, out
+
+
+# --- ListOffsets v1 (tests/e2e/test_kafka_reference.py) ------------------------------------------
+
+API_LIST_OFFSETS = 2
+LATEST = -1
+EARLIEST = -2
+
+
+def list_offsets_v1(correlation_id: int, topic: str, partitions: list[int], timestamp: int = LATEST) -> bytes:
+    """ListOffsets v1 (the lowest version Kafka 4 serves) as a consumer sends it (replica id -1)."""
+    body = i32(-1) + array([string(topic) + array([i32(p) + i64(timestamp) for p in partitions])])
+    return request(API_LIST_OFFSETS, 1, correlation_id, body)
+
+
+def parse_list_offsets_v1(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int, int, int]]]:
+    """(correlation id, {(topic, partition): (error code, timestamp, offset)})."""
+    r = Reader(frame)
+    corr = r.take("i")
+    out = {}
+    for _ in range(r.take("i")):
+        topic = r.string()
+        for _ in range(r.take("i")):
+            part, err, ts, offset = r.take("i"), r.take("h"), r.take("q"), r.take("q")
+            out[(topic, part)] = (err, ts, offset)
+    assert r.done()
+    return corr, out
