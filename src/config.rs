@@ -44,6 +44,7 @@ pub struct Config {
     pub topics: TopicsConfig,
     pub groups: GroupsConfig,
     pub cluster: ClusterConfig,
+    pub upstream: UpstreamConfig,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -116,11 +117,40 @@ pub struct RuntimeConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
+    /// Where partition data lives: this node's segment files, or an upstream Kafka cluster.
+    pub backend: StorageBackend,
     pub data_dir: PathBuf,
     pub retention_check_interval_ms: u64,
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub max_producer_states_per_partition: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageBackend {
+    /// Kafka segment files under `storage.data_dir`.
+    Local,
+    /// The Kafka cluster of `[upstream]`; corral keeps the groups and offsets.
+    Upstream,
+}
+
+/// `[upstream]`: the Kafka-compatible cluster that holds partition data when
+/// `storage.backend = "upstream"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `host:port` of one or more upstream brokers, to learn the cluster from.
+    pub bootstrap: Vec<String>,
+    pub connect_timeout_ms: u64,
+    /// How long one upstream request may take (a Fetch: this beyond its own max wait).
+    pub request_timeout_ms: u64,
+    /// Idle connections kept per upstream broker, per shard.
+    pub pool_size: usize,
+    /// The upstream's metadata is read again at least this often.
+    pub metadata_max_age_ms: u64,
+    /// The least time between two reads of the upstream's metadata.
+    pub retry_backoff_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -278,11 +308,25 @@ impl Default for RuntimeConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
+            backend: StorageBackend::Local,
             data_dir: PathBuf::from("./data"),
             retention_check_interval_ms: 300_000,
             flush_messages: 0,
             flush_ms: 0,
             max_producer_states_per_partition: 10_000,
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            bootstrap: Vec::new(),
+            connect_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
+            pool_size: 4,
+            metadata_max_age_ms: 30_000,
+            retry_backoff_ms: 100,
         }
     }
 }
@@ -391,6 +435,36 @@ impl Config {
         Ok(())
     }
 
+    fn validate_upstream(&self) -> Result<(), ConfigError> {
+        let u = &self.upstream;
+        if self.storage.backend != StorageBackend::Upstream {
+            if !u.bootstrap.is_empty() {
+                return Err(invalid("upstream.bootstrap", "is set but storage.backend is not \"upstream\""));
+            }
+            return Ok(());
+        }
+        if u.bootstrap.is_empty() {
+            return Err(invalid("upstream.bootstrap", "must name at least one host:port when storage.backend = \"upstream\""));
+        }
+        for address in &u.bootstrap {
+            parse_host_port(address).map_err(|reason| invalid("upstream.bootstrap", format!("{address}: {reason}")))?;
+        }
+        for (key, value) in [
+            ("upstream.connect_timeout_ms", u.connect_timeout_ms),
+            ("upstream.request_timeout_ms", u.request_timeout_ms),
+            ("upstream.metadata_max_age_ms", u.metadata_max_age_ms),
+            ("upstream.retry_backoff_ms", u.retry_backoff_ms),
+        ] {
+            if !(1..=3_600_000).contains(&value) {
+                return Err(invalid(key, format!("must be between 1 and 3600000, got {value}")));
+            }
+        }
+        if !(1..=1024).contains(&u.pool_size) {
+            return Err(invalid("upstream.pool_size", format!("must be between 1 and 1024, got {}", u.pool_size)));
+        }
+        Ok(())
+    }
+
     /// Checks every bound and cross-field rule. Runs before anything is bound or opened.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
@@ -437,6 +511,7 @@ impl Config {
             return Err(invalid("node.id", format!("must be >= 0, got {}", self.node.id)));
         }
         self.validate_cluster()?;
+        self.validate_upstream()?;
         let r = &self.runtime;
         if r.shards > MAX_SHARDS {
             return Err(invalid("runtime.shards", format!("must be at most {MAX_SHARDS}, got {}", r.shards)));
@@ -607,6 +682,24 @@ mod tests {
         let parsed = Config::from_toml(REFERENCE_TOML, None).unwrap();
         assert_eq!(parsed, Config::default());
         parsed.validate().unwrap();
+    }
+
+    #[test]
+    fn upstream_settings_are_checked_against_the_backend() {
+        let parse = |text: &str| Config::from_toml(text, None).and_then(|c| c.validate().map(|()| c));
+        let err = parse("[storage]\nbackend = \"upstream\"\n").unwrap_err().to_string();
+        assert!(err.contains("upstream.bootstrap"), "{err}");
+        let err = parse("[upstream]\nbootstrap = [\"kafka:9092\"]\n").unwrap_err().to_string();
+        assert!(err.contains("upstream.bootstrap") && err.contains("storage.backend"), "{err}");
+        let err = parse("[storage]\nbackend = \"upstream\"\n[upstream]\nbootstrap = [\"nohost\"]\n").unwrap_err().to_string();
+        assert!(err.contains("upstream.bootstrap"), "{err}");
+        let err =
+            parse("[storage]\nbackend = \"upstream\"\n[upstream]\nbootstrap = [\"kafka:9092\"]\npool_size = 0\n").unwrap_err().to_string();
+        assert!(err.contains("upstream.pool_size"), "{err}");
+        let err = parse("[storage]\nbackend = \"s3\"\n").unwrap_err().to_string();
+        assert!(err.contains("backend"), "{err}");
+        let ok = parse("[storage]\nbackend = \"upstream\"\n[upstream]\nbootstrap = [\"kafka-0.kafka:9092\", \"10.0.0.1:9092\"]\n").unwrap();
+        assert_eq!(ok.upstream.bootstrap.len(), 2);
     }
 
     #[test]

@@ -45,3 +45,4 @@ pub mod runtime;
 pub mod server;
 pub mod storage;
 pub mod store;
+pub mod upstream;

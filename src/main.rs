@@ -53,6 +53,13 @@ fn main() -> ExitCode {
 }
 
 fn serve(config: Config) -> ExitCode {
+    // SIGTERM and SIGINT are caught from before the node starts: a signal that arrives as soon as
+    // it reports ready must drain it, not kill it.
+    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("signal runtime");
+    let mut caught = {
+        let _runtime = signals.enter();
+        Signals::install()
+    };
     let server = match Server::start(config) {
         Ok(s) => s,
         Err(e) => {
@@ -60,9 +67,8 @@ fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("signal runtime");
     signals.block_on(async {
-        let signal = wait_for_signal().await;
+        let signal = caught.next().await;
         tracing::info!(signal, "shutting down: draining connections");
         server.shutdown();
     });
@@ -71,7 +77,7 @@ fn serve(config: Config) -> ExitCode {
     let finished = signals.block_on(async {
         loop {
             tokio::select! {
-                _ = wait_for_signal() => return false,
+                _ = caught.next() => return false,
                 _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
                     if waiter.is_finished() {
                         return true;
@@ -94,12 +100,25 @@ fn serve(config: Config) -> ExitCode {
     }
 }
 
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// The signals that stop the server.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }

@@ -37,6 +37,12 @@ pub const REBALANCE_PHASE_DURATION: &str = "corral_rebalance_phase_duration_seco
 pub const COORDINATOR_WRITE_DURATION: &str = "corral_coordinator_write_duration_seconds";
 pub const RAFT_LEADER_CHANGES: &str = "corral_raft_leader_changes_total";
 pub const GROUP_REQUESTS: &str = "corral_group_requests_total";
+pub const UPSTREAM_REQUESTS: &str = "corral_upstream_requests_total";
+pub const UPSTREAM_REQUEST_DURATION: &str = "corral_upstream_request_duration_seconds";
+pub const UPSTREAM_CONNECTIONS_OPENED: &str = "corral_upstream_connections_opened_total";
+pub const UPSTREAM_METADATA_REFRESHES: &str = "corral_upstream_metadata_refreshes_total";
+pub const UPSTREAM_METADATA_STALE: &str = "corral_upstream_metadata_stale_total";
+pub const UPSTREAM_RETRIES: &str = "corral_upstream_retries_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -59,6 +65,8 @@ pub fn install() -> PrometheusHandle {
                 .expect("buckets are not empty")
                 .set_buckets_for_metric(Matcher::Full(COORDINATOR_WRITE_DURATION.to_string()), LATENCY_BUCKETS)
                 .expect("buckets are not empty")
+                .set_buckets_for_metric(Matcher::Full(UPSTREAM_REQUEST_DURATION.to_string()), LATENCY_BUCKETS)
+                .expect("buckets are not empty")
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
             describe();
@@ -69,6 +77,16 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(UPSTREAM_REQUESTS, "Requests sent to the upstream cluster, by broker, API and outcome (ok or error: no answer)");
+    describe_histogram!(
+        UPSTREAM_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from sending a request to the upstream to its answer, by broker and API"
+    );
+    describe_counter!(UPSTREAM_CONNECTIONS_OPENED, "Connections opened to upstream brokers, by broker");
+    describe_counter!(UPSTREAM_METADATA_REFRESHES, "Reads of the upstream's metadata, by outcome");
+    describe_counter!(UPSTREAM_METADATA_STALE, "Times an upstream answer showed corral's view of the upstream to be stale");
+    describe_counter!(UPSTREAM_RETRIES, "Requests sent to the upstream again after a metadata refresh, by API");
     describe_counter!(REQUESTS, "Requests completed, by API and version");
     describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API and version");
     describe_counter!(REQUESTS_REJECTED, "Requests that closed their connection (malformed, unknown API, unsupported version)");
@@ -312,6 +330,30 @@ pub fn limit_reached(key: &'static str) {
 /// A partition's producer table was full: the producer that wrote least recently was forgotten.
 pub fn producer_state_evicted() {
     counter!(PRODUCER_STATES_EVICTED).increment(1);
+}
+
+/// An upstream request to `broker` answered (`ok`) or not after `elapsed`.
+pub fn upstream_request(broker: i32, api: ApiKey, elapsed: Duration, ok: bool) {
+    let (broker, api) = (broker.to_string(), format!("{api:?}"));
+    let outcome = if ok { "ok" } else { "error" };
+    counter!(UPSTREAM_REQUESTS, "broker" => broker.clone(), "api" => api.clone(), "outcome" => outcome).increment(1);
+    histogram!(UPSTREAM_REQUEST_DURATION, "broker" => broker, "api" => api).record(elapsed.as_secs_f64());
+}
+
+pub fn upstream_connection_opened(broker: i32) {
+    counter!(UPSTREAM_CONNECTIONS_OPENED, "broker" => broker.to_string()).increment(1);
+}
+
+pub fn upstream_metadata_refreshed(ok: bool) {
+    counter!(UPSTREAM_METADATA_REFRESHES, "outcome" => if ok { "ok" } else { "error" }).increment(1);
+}
+
+pub fn upstream_metadata_stale() {
+    counter!(UPSTREAM_METADATA_STALE).increment(1);
+}
+
+pub fn upstream_retried(api: ApiKey) {
+    counter!(UPSTREAM_RETRIES, "api" => format!("{api:?}")).increment(1);
 }
 
 /// Decrements the open-connections gauge when dropped.

@@ -40,6 +40,8 @@ pub struct Node {
     pub peers: Arc<crate::raft::transport::Peers>,
     /// The metadata group's leader as last seen (the controller Metadata names), -1 if none.
     pub metadata_leader: AtomicI64,
+    /// The upstream cluster holding partition data (`storage.backend = "upstream"`).
+    pub upstream: Option<Arc<crate::upstream::Upstream>>,
     /// Connections and request bytes the node's clients hold, across every shard.
     pub(crate) client_limits: Arc<crate::net::limits::ClientLimits>,
 }
@@ -80,9 +82,11 @@ impl Node {
         }
     }
 
-    /// Every shard is accepting and the node is not shutting down (`/health/ready`).
+    /// Every shard is accepting, the upstream (if any) has answered, and the node is not shutting
+    /// down (`/health/ready`).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.shutdown.is_cancelled()
+        let upstream_known = self.upstream.as_ref().is_none_or(|u| u.view().is_some());
+        self.ready.load(Ordering::Acquire) && upstream_known && !self.shutdown.is_cancelled()
     }
 
     pub(crate) fn set_ready(&self) {

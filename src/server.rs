@@ -137,6 +137,8 @@ impl Server {
             catalog.get(crate::cluster::OFFSETS_TOPIC).map(|t| t.partitions.iter().map(|p| p.shard).collect()).unwrap_or_default();
         let (mesh, inboxes) = Mesh::new(shards, config.runtime.mesh_queue_capacity);
         let client_limits = crate::net::limits::ClientLimits::new(&config.kafka);
+        let upstream = (config.storage.backend == crate::config::StorageBackend::Upstream)
+            .then(|| Arc::new(crate::upstream::Upstream::new(config.upstream.clone())));
         let node = Arc::new(Node {
             node_id: config.node.id,
             config,
@@ -153,6 +155,7 @@ impl Server {
             brokers,
             peers: Arc::new(peers),
             metadata_leader: std::sync::atomic::AtomicI64::new(-1),
+            upstream,
             client_limits,
         });
         let raft_net = match peer_tasks {

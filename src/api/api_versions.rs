@@ -12,13 +12,17 @@ use crate::protocol::{encode_frame, Reply, RequestContext};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ApiVersions, ApiVersionsRequest, 0, 4);
 
-async fn handle(_services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ApiVersionsRequest = ctx.decode(body)?;
     // KIP-511: v3+ clients name themselves; Kafka refuses names outside its pattern.
     let valid = ctx.api_version < 3
         || (valid_client_software(&request.client_software_name) && valid_client_software(&request.client_software_version));
     let error_code = if valid { NONE } else { ResponseError::InvalidRequest.code() };
-    let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(api_keys());
+    let mut keys = api_keys();
+    if let Some(view) = services.node().upstream.as_ref().and_then(|u| u.view()) {
+        keys = in_front_of(&view, keys);
+    }
+    let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys);
     Ok(Handled::Now(ctx.respond(&response)))
 }
 
@@ -37,6 +41,31 @@ fn api_keys() -> Vec<ApiVersion> {
     TABLE
         .iter()
         .map(|e| ApiVersion::default().with_api_key(e.key as i16).with_min_version(e.advertised_min).with_max_version(e.max))
+        .collect()
+}
+
+/// The APIs corral passes on to the upstream: advertised no higher than the upstream serves them,
+/// and not at all if it does not. Group APIs stay corral's own.
+const UPSTREAM_APIS: [ApiKey; 7] = [
+    ApiKey::Produce,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::CreateTopics,
+    ApiKey::DeleteTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::InitProducerId,
+];
+
+fn in_front_of(view: &crate::upstream::UpstreamView, keys: Vec<ApiVersion>) -> Vec<ApiVersion> {
+    keys.into_iter()
+        .filter_map(|mut k| {
+            if !UPSTREAM_APIS.iter().any(|a| *a as i16 == k.api_key) {
+                return Some(k);
+            }
+            let (_, upstream_max) = *view.versions.get(&k.api_key)?;
+            k.max_version = k.max_version.min(upstream_max);
+            (k.min_version <= k.max_version).then_some(k)
+        })
         .collect()
 }
 

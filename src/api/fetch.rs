@@ -82,8 +82,13 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
     // An unknown topic is an error to report at once, as the store does for its own errors.
     let has_unknown = layout.iter().flat_map(|(_, _, s)| s).any(|(_, s)| matches!(s, Slot::Error(_)));
     let wait = if has_unknown { Duration::ZERO } else { Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT) };
-    let plan =
-        FetchPlan { partitions, max_bytes: request.max_bytes.max(0) as u64, min_bytes: request.min_bytes.max(0) as u64, max_wait: wait };
+    let plan = FetchPlan {
+        partitions,
+        max_bytes: request.max_bytes.max(0) as u64,
+        min_bytes: request.min_bytes.max(0) as u64,
+        max_wait: wait,
+        isolation_level: request.isolation_level,
+    };
     let mut reads: Vec<Option<_>> = services.store().fetch(plan).await.into_iter().map(Some).collect();
 
     let topics = layout

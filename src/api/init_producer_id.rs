@@ -25,8 +25,12 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     } else {
         // Idempotent producers always get a new id; a bumped epoch is not needed (KIP-360 path
         // applies to transactional producers).
-        match crate::cluster::producer_ids::next_producer_id(services.node()).await {
-            Ok(id) => response.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        let allocated = match &services.node().upstream {
+            Some(upstream) => crate::upstream::admin::init_producer_id(upstream, request.transaction_timeout_ms).await,
+            None => crate::cluster::producer_ids::next_producer_id(services.node()).await.map(|id| (id, 0)),
+        };
+        match allocated {
+            Ok((id, epoch)) => response.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
             Err(e) => {
                 tracing::warn!(error = %e, "no producer id block from the metadata group");
                 response.with_error_code(allocation_error(&e).code())
@@ -44,7 +48,8 @@ fn allocation_error(e: &TopicError) -> ResponseError {
         | TopicError::Write(WriteError::Timeout(_) | WriteError::NotLeader(_) | WriteError::Unreachable { .. }) => {
             ResponseError::CoordinatorLoadInProgress
         }
-        TopicError::ShardStopped(_) => ResponseError::CoordinatorLoadInProgress,
+        TopicError::ShardStopped(_) | TopicError::UpstreamUnavailable(_) => ResponseError::CoordinatorLoadInProgress,
+        TopicError::Upstream { code, .. } => ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError),
         _ => ResponseError::UnknownServerError,
     }
 }

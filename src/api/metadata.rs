@@ -2,6 +2,9 @@
 //! node each is placed on as its leader, and auto topic creation (through the metadata group, like
 //! CreateTopics). The controller named is the metadata group's leader.
 //!
+//! In front of an upstream cluster the catalog mirrors the upstream's topics (`crate::upstream`);
+//! a topic named here that the catalog lacks is looked for upstream first.
+//!
 //! `__consumer_offsets` is held whole by every node (its contents are replicated by the
 //! coordinator's Raft groups), so each node names itself as its partitions' leader.
 
@@ -33,6 +36,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         _ => None,
     };
     let auto_create = node.config.topics.auto_create && (ctx.api_version < 4 || request.allow_auto_topic_creation);
+    if let Some(upstream) = &node.upstream {
+        let names_unknown = requested.iter().flatten().any(|t| t.name.as_ref().is_some_and(|n| catalog.get(&n.0).is_none()));
+        upstream.before_metadata(names_unknown, std::time::Duration::from_secs(5)).await;
+    }
 
     let topics = match requested {
         None => catalog.all().iter().map(|t| describe(services.node(), t)).collect(),

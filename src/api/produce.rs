@@ -16,7 +16,7 @@ use kafka_protocol::ResponseError;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::{Reply, RequestContext};
 use crate::record_batch::{BatchHeader, Compression, HEADER_LEN};
-use crate::store::{Append, PartitionRef};
+use crate::store::{Append, AppendPlan, PartitionRef};
 
 /// Served from v3 (record batch v2); advertised from v0 because librdkafka before 2.11.1 turns
 /// compression off unless Produce v0 is listed (KAFKA-18659).
@@ -64,8 +64,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     }
 
     // Enqueued now, so pipelined produces are appended in the order they were sent.
-    let appended = services.store().append(appends).await;
     let acks = request.acks;
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
+    let appended = services.store().append(AppendPlan { batches: appends, acks, timeout }).await;
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<Option<_>> = appended.await.into_iter().map(Some).collect();
         let mut responses = Vec::with_capacity(topics.len());

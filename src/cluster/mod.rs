@@ -78,6 +78,11 @@ pub enum TopicError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     ShardStopped(#[from] ShardStopped),
+    /// The upstream cluster refused the change.
+    #[error("{message}")]
+    Upstream { code: i16, message: String },
+    #[error(transparent)]
+    UpstreamUnavailable(crate::upstream::UpstreamError),
 }
 
 impl TopicError {
@@ -97,6 +102,8 @@ impl TopicError {
             TopicError::Write(_) => ResponseError::UnknownServerError,
             TopicError::Storage(_) => ResponseError::KafkaStorageError,
             TopicError::ShardStopped(_) => ResponseError::RequestTimedOut,
+            TopicError::Upstream { code, .. } => ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError),
+            TopicError::UpstreamUnavailable(_) => ResponseError::RequestTimedOut,
         }
     }
 }
@@ -131,6 +138,13 @@ pub async fn create_topic(
 ) -> Result<Option<Arc<Topic>>, TopicError> {
     validate_topic_name(name).map_err(TopicError::InvalidName)?;
     check_partition_count(node, partitions)?;
+    if let Some(upstream) = &node.upstream {
+        if is_internal(name) {
+            return Err(TopicError::Internal(name.to_string()));
+        }
+        crate::upstream::admin::create_topic(upstream, name, partitions, &config, validate_only).await?;
+        return Ok(if validate_only { None } else { node.catalog.get(name) });
+    }
     let _change = node.catalog.lock().await;
     if node.catalog.get(name).is_some() {
         return Err(TopicError::AlreadyExists(name.to_string()));
@@ -151,6 +165,13 @@ pub async fn create_topic(
 
 /// Adds partitions to a topic, up to `count` in total, placed over the nodes like a new topic's.
 pub async fn grow_topic(node: &Arc<Node>, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+    if let Some(upstream) = &node.upstream {
+        if is_internal(name) {
+            return Err(TopicError::Internal(name.to_string()));
+        }
+        check_partition_count(node, count)?;
+        return crate::upstream::admin::grow_topic(upstream, name, count, validate_only).await;
+    }
     let _change = node.catalog.lock().await;
     let topic = node.catalog.get(name).ok_or(TopicError::Unknown)?;
     if is_internal(name) {
@@ -181,6 +202,9 @@ pub async fn grow_topic(node: &Arc<Node>, name: &str, count: i32, validate_only:
 pub async fn delete_topic(node: &Arc<Node>, topic: &Arc<Topic>) -> Result<(), TopicError> {
     if is_internal(&topic.name) {
         return Err(TopicError::Internal(topic.name.clone()));
+    }
+    if let Some(upstream) = &node.upstream {
+        return crate::upstream::admin::delete_topic(upstream, &topic.name).await;
     }
     let _change = node.catalog.lock().await;
     match node.catalog.get(&topic.name) {

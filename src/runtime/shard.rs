@@ -21,6 +21,7 @@ use crate::node::Node;
 use crate::raft::network::SoloNetwork;
 use crate::storage::{Partition, PartitionLog};
 use crate::store::local::LocalStore;
+use crate::store::upstream::UpstreamStore;
 use crate::store::PartitionStore;
 
 /// Key of a partition owned by a shard.
@@ -46,15 +47,21 @@ pub struct Shard {
 
 impl Shard {
     pub(crate) fn new(id: ShardId, node: Arc<Node>) -> Rc<Shard> {
-        Rc::new_cyclic(|shard| Shard {
-            id,
-            metrics: ShardMetrics::new(id),
-            node,
-            partitions: RefCell::new(HashMap::new()),
-            coordinators: RefCell::new(HashMap::new()),
-            metadata: OnceCell::new(),
-            store: Box::new(LocalStore::new(shard.clone())),
-            groups: Box::new(LocalGroups::new(shard.clone())),
+        Rc::new_cyclic(|shard| {
+            let store: Box<dyn PartitionStore> = match &node.upstream {
+                Some(upstream) => Box::new(UpstreamStore::new(node.clone(), upstream.clone(), LocalStore::new(shard.clone()))),
+                None => Box::new(LocalStore::new(shard.clone())),
+            };
+            Shard {
+                id,
+                metrics: ShardMetrics::new(id),
+                node,
+                partitions: RefCell::new(HashMap::new()),
+                coordinators: RefCell::new(HashMap::new()),
+                metadata: OnceCell::new(),
+                store,
+                groups: Box::new(LocalGroups::new(shard.clone())),
+            }
         })
     }
 
@@ -295,6 +302,9 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         return Err(e);
     }
     tokio::task::spawn_local(super::background::retention(shard.clone()));
+    if let (0, Some(upstream)) = (id, &node.upstream) {
+        tokio::task::spawn_local(crate::upstream::refresh::run(node.clone(), upstream.clone()));
+    }
     if node.config.storage.flush_ms > 0 {
         tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));
     }

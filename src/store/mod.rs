@@ -8,6 +8,8 @@
 //! Implementations:
 //! - [`local::LocalStore`]: Kafka segment files on this node, each partition on the shard that
 //!   owns it (reached through the mesh); reads are file ranges, sent with sendfile(2).
+//! - [`upstream::UpstreamStore`]: an existing Kafka cluster; reads are bytes as the upstream sent
+//!   them. corral's own topic (`__consumer_offsets`) stays in local segments.
 //!
 //! Every implementation passes the same conformance suite (`tests/it/t25_store.rs`).
 //!
@@ -15,6 +17,7 @@
 
 pub mod local;
 pub mod placement;
+pub mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,16 @@ pub struct Append {
     pub batch: Bytes,
 }
 
+/// What one Produce asks of the store.
+#[derive(Debug)]
+pub struct AppendPlan {
+    pub batches: Vec<Append>,
+    /// 0, 1 or -1 (all in-sync replicas), as the producer asked.
+    pub acks: i16,
+    /// How long the producer waits for the answer.
+    pub timeout: Duration,
+}
+
 /// Where an appended batch landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
@@ -60,6 +73,8 @@ pub struct FetchPlan {
     pub min_bytes: u64,
     /// ...or once this long has passed (zero: answer at once).
     pub max_wait: Duration,
+    /// 0: read uncommitted, 1: read committed (up to the last stable offset).
+    pub isolation_level: i8,
 }
 
 #[derive(Debug)]
@@ -121,7 +136,7 @@ pub trait PartitionStore: std::fmt::Debug {
     /// first polled (the outer future completes once they are queued where they will be
     /// written, so pipelined produces keep their order). The inner future completes once each
     /// batch is stored as the acks and the flush policy require.
-    fn append(&self, appends: Vec<Append>) -> LocalBoxFuture<'_, LocalBoxFuture<'static, Results<Appended>>>;
+    fn append(&self, plan: AppendPlan) -> LocalBoxFuture<'_, LocalBoxFuture<'static, Results<Appended>>>;
 
     /// Reads each partition from its fetch offset; waits (up to `max_wait`) until `min_bytes`
     /// are there, an error is to be reported, or the node shuts down.
@@ -148,6 +163,11 @@ pub enum StoreError {
     Unavailable(&'static str),
     #[error("{0}")]
     Failed(&'static str),
+    /// The upstream's own error for the partition.
+    #[error("upstream error {code}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Upstream { code: i16, message: Option<String> },
+    #[error(transparent)]
+    UpstreamUnavailable(#[from] crate::upstream::UpstreamError),
 }
 
 impl StoreError {
@@ -160,6 +180,10 @@ impl StoreError {
             StoreError::Flush(_) => ResponseError::KafkaStorageError,
             StoreError::Unavailable(_) => ResponseError::RequestTimedOut,
             StoreError::Failed(_) => ResponseError::UnknownServerError,
+            StoreError::Upstream { code, .. } => ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError),
+            // The client refreshes its metadata and tries again, as after a broker went away.
+            StoreError::UpstreamUnavailable(crate::upstream::UpstreamError::Timeout(_)) => ResponseError::RequestTimedOut,
+            StoreError::UpstreamUnavailable(_) => ResponseError::NotLeaderOrFollower,
         }
     }
 }

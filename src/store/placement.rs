@@ -1,7 +1,9 @@
 //! Where a partition's data lives: the one place that decides it.
 //!
 //! With local storage the metadata group places each partition on one node, and the node's
-//! catalog gives the shard that owns its log there.
+//! catalog gives the shard that owns its log there. In front of an upstream cluster a partition
+//! is on the upstream broker that leads it, as the upstream's metadata last said — except
+//! corral's own `__consumer_offsets`, which stays in local segments.
 
 use super::{PartitionRef, StoreError};
 use crate::node::Node;
@@ -13,6 +15,30 @@ pub enum Location {
     Shard(ShardId),
     /// On another corral node, which leads it.
     Node(i32),
+    /// On the upstream cluster, led by this broker.
+    Upstream(i32),
+}
+
+/// Whether a partition stays in local segments in front of an upstream: corral's own topic.
+pub fn stays_local(partition: &PartitionRef) -> bool {
+    crate::cluster::is_internal(&partition.topic.name)
+}
+
+/// Where a partition is when the node stands in front of an upstream cluster. `None` from the
+/// view: the upstream does not know the partition (yet); `Some(-1)`: it has no leader now.
+pub fn locate_in_front(
+    node: &Node,
+    partition: &PartitionRef,
+    upstream_leader: impl FnOnce() -> Option<i32>,
+) -> Result<Location, StoreError> {
+    if stays_local(partition) {
+        return locate(node, partition);
+    }
+    match upstream_leader() {
+        Some(leader) if leader >= 0 => Ok(Location::Upstream(leader)),
+        Some(_) => Err(StoreError::Upstream { code: kafka_protocol::ResponseError::LeaderNotAvailable.code(), message: None }),
+        None => Err(StoreError::UnknownPartition),
+    }
 }
 
 pub fn locate(node: &Node, partition: &PartitionRef) -> Result<Location, StoreError> {
@@ -34,6 +60,6 @@ pub fn local_shard(node: &Node, partition: &PartitionRef, current_leader_epoch: 
     }
     match location {
         Location::Shard(shard) => Ok(shard),
-        Location::Node(leader) => Err(StoreError::NotLeader { partition: partition.index, leader }),
+        Location::Node(leader) | Location::Upstream(leader) => Err(StoreError::NotLeader { partition: partition.index, leader }),
     }
 }

@@ -6,7 +6,10 @@
 //! Kafka's errors.
 //!
 //! Each case runs against the local store of a node started in-process (on one of its shards,
-//! through the mesh), on a topic of two partitions.
+//! through the mesh), on a topic of two partitions. With `CORRAL_STORE_UPSTREAM` set to a Kafka
+//! cluster's bootstrap (tests/e2e/test_store_conformance.py does), the node is configured with
+//! `storage.backend = "upstream"` in front of it and every case runs against the upstream store,
+//! each on a topic of its own.
 
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
@@ -14,30 +17,49 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corral::chunk::Chunk;
+use corral::config::StorageBackend;
 use corral::runtime::Shard;
-use corral::store::{Append, FetchPlan, OffsetQuery, OffsetSpec, PartitionData, PartitionFetch, PartitionRef, PartitionStore};
+use corral::store::{Append, AppendPlan, FetchPlan, OffsetQuery, OffsetSpec, PartitionData, PartitionFetch, PartitionRef, PartitionStore};
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
 use crate::harness::TestServer;
 use crate::requests::create_topic;
 
-const TOPIC: &str = "conformance";
 /// Timestamp of the first record of the first batch; each batch is a second later.
 const T0: i64 = 1_700_000_000_000;
 
-/// Runs `case` on a shard of a fresh node whose topic `conformance` has two partitions.
+/// The upstream the cases run against instead of local segments, if any.
+fn upstream() -> Option<Vec<String>> {
+    let bootstrap = std::env::var("CORRAL_STORE_UPSTREAM").ok().filter(|b| !b.is_empty())?;
+    Some(bootstrap.split(',').map(str::to_string).collect())
+}
+
+/// Runs `case` on a shard of a fresh node whose topic (of two partitions) is new.
 fn run<F>(case: F)
 where
     F: for<'a> FnOnce(&'a dyn PartitionStore, [PartitionRef; 2]) -> futures_util::future::LocalBoxFuture<'a, ()> + Send + 'static,
 {
-    let server = TestServer::start();
-    create_topic(&mut server.client(), TOPIC, 2);
+    let upstream = upstream();
+    let server = match upstream.clone() {
+        None => TestServer::start(),
+        Some(bootstrap) => TestServer::start_with(|c| {
+            c.storage.backend = StorageBackend::Upstream;
+            c.upstream.bootstrap = bootstrap;
+        }),
+    };
     let node = server.node().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !node.is_ready() {
+        assert!(std::time::Instant::now() < deadline, "the node is not ready after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let topic_name = if upstream.is_some() { format!("conformance-{}", uuid::Uuid::new_v4().simple()) } else { "conformance".to_string() };
+    create_topic(&mut server.client(), &topic_name, 2);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime
         .block_on(node.mesh.run_on(0, move |shard: Rc<Shard>| async move {
-            let topic = shard.node.catalog.get(TOPIC).expect("topic exists");
+            let topic = shard.node.catalog.get(&topic_name).expect("topic exists");
             let partitions = [PartitionRef { topic: topic.clone(), index: 0 }, PartitionRef { topic, index: 1 }];
             case(shard.store(), partitions).await;
         }))
@@ -54,7 +76,7 @@ fn batch(n: usize, timestamp: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
 async fn append(store: &dyn PartitionStore, partition: &PartitionRef, batches: &[Bytes]) -> Vec<Result<i64, ResponseError>> {
     let mut out = Vec::new();
     for b in batches {
-        let appended = store.append(vec![Append { partition: partition.clone(), batch: b.clone() }]).await;
+        let appended = store.append(appending(vec![Append { partition: partition.clone(), batch: b.clone() }])).await;
         out.extend(appended.await.into_iter().map(|r| r.map(|a| a.base_offset).map_err(|e| e.code())));
     }
     out
@@ -65,7 +87,12 @@ fn read(partition: &PartitionRef, fetch_offset: i64, max_bytes: u64) -> Partitio
 }
 
 fn plan(partitions: Vec<PartitionFetch>, max_bytes: u64, max_wait: Duration) -> FetchPlan {
-    FetchPlan { partitions, max_bytes, min_bytes: 1, max_wait }
+    FetchPlan { partitions, max_bytes, min_bytes: 1, max_wait, isolation_level: 0 }
+}
+
+/// Appends as a Produce with acks=all sends them.
+fn appending(batches: Vec<Append>) -> AppendPlan {
+    AppendPlan { batches, acks: -1, timeout: Duration::from_secs(30) }
 }
 
 /// The record bytes of a fetched partition, wherever they are.
@@ -289,7 +316,7 @@ fn one_call_appends_to_several_partitions_in_order() {
                 Append { partition: p1.clone(), batch: b[1].clone() },
                 Append { partition: p0.clone(), batch: b[2].clone() },
             ];
-            let results: Vec<i64> = store.append(appends).await.await.into_iter().map(|r| r.unwrap().base_offset).collect();
+            let results: Vec<i64> = store.append(appending(appends)).await.await.into_iter().map(|r| r.unwrap().base_offset).collect();
             assert_eq!(results, vec![0, 0, 5]);
         })
     });

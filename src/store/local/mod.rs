@@ -12,7 +12,7 @@ use std::rc::{Rc, Weak};
 
 use futures_util::future::LocalBoxFuture;
 
-use super::{Append, Appended, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionStore, Results};
+use super::{AppendPlan, Appended, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionStore, Results};
 use crate::runtime::Shard;
 
 /// The local store of one shard.
@@ -33,10 +33,10 @@ impl LocalStore {
 }
 
 impl PartitionStore for LocalStore {
-    fn append(&self, appends: Vec<Append>) -> LocalBoxFuture<'_, LocalBoxFuture<'static, Results<Appended>>> {
+    fn append(&self, plan: AppendPlan) -> LocalBoxFuture<'_, LocalBoxFuture<'static, Results<Appended>>> {
         match self.shard() {
-            Some(shard) => Box::pin(append::start(shard, appends)),
-            None => Box::pin(std::future::ready(append::stopped(appends.len()))),
+            Some(shard) => Box::pin(append::start(shard, plan.batches)),
+            None => Box::pin(std::future::ready(append::stopped(plan.batches.len()))),
         }
     }
 

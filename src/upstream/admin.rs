@@ -1,0 +1,148 @@
+//! What corral asks of the upstream cluster itself rather than of a partition's leader: topic
+//! changes and producer ids. Sent to the broker the upstream names as its controller (a Kafka
+//! broker passes them on to the active controller), each on a connection of its own: these are
+//! rare, and none should wait behind a long poll.
+//!
+//! A topic change is answered once the upstream's metadata shows it, so the catalog (mirrored
+//! from that metadata) already has it when the client asks for Metadata next.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, ProducerId, TopicName,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+
+use super::connection::Connection;
+use super::{Upstream, UpstreamError, UpstreamView};
+use crate::cluster::topic_config::TopicConfig;
+use crate::cluster::TopicError;
+
+/// The upstream's answer for one topic or producer id: its error code and message.
+fn refused(code: i16, message: Option<&StrBytes>) -> TopicError {
+    TopicError::Upstream { code, message: message.map(|m| m.to_string()).unwrap_or_default() }
+}
+
+/// Sends `request` to the upstream's controller in the highest version both serve of `ours`.
+async fn ask<R: Request>(upstream: &Upstream, key: ApiKey, ours: (i16, i16), request: R) -> Result<(R::Response, u64), UpstreamError> {
+    let view = upstream.view_or_error()?;
+    let version = view.version(key, ours)?;
+    let address = view
+        .address(view.controller)
+        .or_else(|_| view.brokers.values().next().map(String::as_str).ok_or(UpstreamError::UnknownBroker(view.controller)))?;
+    let config = &upstream.config;
+    let connection = Connection::open(address.to_string(), Duration::from_millis(config.connect_timeout_ms));
+    let started = Instant::now();
+    let timeout = Duration::from_millis(config.request_timeout_ms);
+    let answer = match tokio::time::timeout(timeout, connection.send(version, &request)?).await {
+        Ok(answer) => answer,
+        Err(_) => Err(UpstreamError::Timeout(config.request_timeout_ms)),
+    };
+    crate::metrics::upstream_request(view.controller, key, started.elapsed(), answer.is_ok());
+    Ok((answer?, view.generation))
+}
+
+/// Waits (within the request timeout) until the upstream's metadata satisfies `done`.
+async fn until(upstream: &Upstream, mut seen: u64, done: impl Fn(&UpstreamView) -> bool) -> Result<(), TopicError> {
+    let deadline = Instant::now() + Duration::from_millis(upstream.config.request_timeout_ms);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match upstream.refreshed(seen, left).await {
+            Some(view) if done(&view) => return Ok(()),
+            Some(view) if !left.is_zero() => seen = view.generation,
+            _ => {
+                return Err(TopicError::Upstream {
+                    code: kafka_protocol::ResponseError::RequestTimedOut.code(),
+                    message: "the upstream's metadata does not show the change yet".into(),
+                })
+            }
+        }
+    }
+}
+
+pub async fn create_topic(
+    upstream: &Upstream,
+    name: &str,
+    partitions: i32,
+    config: &TopicConfig,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let configs = config
+        .overrides()
+        .map(|(k, v)| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_string(k.to_string()))
+                .with_value(Some(StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_string(name.to_string())))
+        .with_num_partitions(partitions)
+        .with_replication_factor(-1)
+        .with_configs(configs);
+    let timeout_ms = upstream.config.request_timeout_ms as i32;
+    let request = CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(timeout_ms).with_validate_only(validate_only);
+    let (response, seen) = ask(upstream, ApiKey::CreateTopics, (2, 7), request).await?;
+    let result = response.topics.iter().find(|t| t.name.0.as_str() == name).ok_or(TopicError::Unknown)?;
+    if result.error_code != 0 {
+        return Err(refused(result.error_code, result.error_message.as_ref()));
+    }
+    if validate_only {
+        return Ok(());
+    }
+    until(upstream, seen, |view| view.topics.get(name).is_some_and(|t| t.partitions.iter().all(|p| p.leader >= 0))).await
+}
+
+pub async fn grow_topic(upstream: &Upstream, name: &str, count: i32, validate_only: bool) -> Result<(), TopicError> {
+    let topic = CreatePartitionsTopic::default().with_name(TopicName(StrBytes::from_string(name.to_string()))).with_count(count);
+    let timeout_ms = upstream.config.request_timeout_ms as i32;
+    let request = CreatePartitionsRequest::default().with_topics(vec![topic]).with_timeout_ms(timeout_ms).with_validate_only(validate_only);
+    let (response, seen) = ask(upstream, ApiKey::CreatePartitions, (0, 3), request).await?;
+    let result = response.results.iter().find(|t| t.name.0.as_str() == name).ok_or(TopicError::Unknown)?;
+    if result.error_code != 0 {
+        return Err(refused(result.error_code, result.error_message.as_ref()));
+    }
+    if validate_only {
+        return Ok(());
+    }
+    until(upstream, seen, |view| view.topics.get(name).is_some_and(|t| t.partitions.len() as i32 >= count)).await
+}
+
+pub async fn delete_topic(upstream: &Upstream, name: &str) -> Result<(), TopicError> {
+    let timeout_ms = upstream.config.request_timeout_ms as i32;
+    let topic_name = TopicName(StrBytes::from_string(name.to_string()));
+    let request = DeleteTopicsRequest::default()
+        .with_topic_names(vec![topic_name.clone()])
+        .with_topics(vec![DeleteTopicState::default().with_name(Some(topic_name))])
+        .with_timeout_ms(timeout_ms);
+    let (response, seen) = ask(upstream, ApiKey::DeleteTopics, (1, 6), request).await?;
+    let result = response.responses.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name)).ok_or(TopicError::Unknown)?;
+    if result.error_code != 0 {
+        return Err(refused(result.error_code, result.error_message.as_ref()));
+    }
+    until(upstream, seen, |view| !view.topics.contains_key(name)).await
+}
+
+/// A producer id from the upstream, so the sequence numbers of an idempotent producer are the
+/// upstream's to check.
+pub async fn init_producer_id(upstream: &Upstream, transaction_timeout_ms: i32) -> Result<(i64, i16), TopicError> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(transaction_timeout_ms)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let (response, _) = ask(upstream, ApiKey::InitProducerId, (0, 5), request).await?;
+    if response.error_code != 0 {
+        return Err(refused(response.error_code, None));
+    }
+    Ok((response.producer_id.0, response.producer_epoch))
+}
+
+impl From<UpstreamError> for TopicError {
+    fn from(e: UpstreamError) -> TopicError {
+        TopicError::UpstreamUnavailable(e)
+    }
+}

@@ -1,0 +1,205 @@
+//! One pipelined connection to an upstream broker, owned by one shard.
+//!
+//! Requests are queued in the order they are made and written by one task; Kafka answers a
+//! connection's requests in the order it received them, so the reader pairs each response with
+//! the oldest request still waiting (and checks its correlation id). A request is queued before
+//! its caller awaits anything, so two requests made one after the other reach the broker in that
+//! order — pipelined produces keep their order.
+//!
+//! The connection is opened by its writer task; requests made meanwhile wait in the queue. Any
+//! I/O error, a response out of order or a frame over the limit closes the connection and fails
+//! every request still waiting on it; the pool then opens a new one.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::StreamExt;
+use kafka_protocol::messages::RequestHeader;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+use super::UpstreamError;
+
+/// The largest response frame accepted from an upstream broker.
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+const CLIENT_ID: &str = "corral";
+
+type Waiter = oneshot::Sender<Result<Bytes, UpstreamError>>;
+
+/// A request waiting for its response.
+struct InFlight {
+    correlation_id: i32,
+    response_header_version: i16,
+    waiter: Waiter,
+}
+
+#[derive(Default)]
+struct State {
+    in_flight: VecDeque<InFlight>,
+    /// Set once the connection is gone: why, for requests that come later.
+    closed: Option<UpstreamError>,
+}
+
+/// A shard's connection to one upstream broker.
+#[derive(Debug)]
+pub struct Connection {
+    pub address: String,
+    frames: mpsc::UnboundedSender<Bytes>,
+    state: Rc<RefCell<StateCell>>,
+    next_correlation_id: Cell<i32>,
+}
+
+/// `State` behind a `Debug` that says only how busy it is.
+struct StateCell(State);
+
+impl std::fmt::Debug for StateCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("in_flight", &self.0.in_flight.len()).field("closed", &self.0.closed).finish()
+    }
+}
+
+impl Connection {
+    /// Starts connecting to `address` (on this shard's runtime) and returns at once.
+    pub fn open(address: String, connect_timeout: Duration) -> Connection {
+        let (frames, queued) = mpsc::unbounded_channel();
+        let state = Rc::new(RefCell::new(StateCell(State::default())));
+        tokio::task::spawn_local(run(address.clone(), connect_timeout, queued, state.clone()));
+        Connection { address, frames, state, next_correlation_id: Cell::new(0) }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state.borrow().0.closed.is_some() || self.frames.is_closed()
+    }
+
+    /// Requests waiting for their response.
+    pub fn in_flight(&self) -> usize {
+        self.state.borrow().0.in_flight.len()
+    }
+
+    /// Queues `request` now; the returned future gives its response.
+    pub fn send<R: Request>(
+        &self,
+        version: i16,
+        request: &R,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
+        let (waiter, response) = oneshot::channel();
+        self.queue(request, version, Some(waiter))?;
+        let address = self.address.clone();
+        Ok(async move {
+            let mut body = response.await.map_err(|_| UpstreamError::Disconnected(address.clone()))??;
+            R::Response::decode(&mut body, version)
+                .map_err(|e| UpstreamError::Protocol(format!("{address}: cannot decode the response to API {} v{version}: {e}", R::KEY)))
+        })
+    }
+
+    /// Queues a request that gets no response (Produce with acks=0).
+    pub fn send_only<R: Request>(&self, version: i16, request: &R) -> Result<(), UpstreamError> {
+        self.queue(request, version, None)
+    }
+
+    fn queue<R: Request>(&self, request: &R, version: i16, waiter: Option<Waiter>) -> Result<(), UpstreamError> {
+        let correlation_id = self.next_correlation_id.get();
+        self.next_correlation_id.set(correlation_id.wrapping_add(1));
+        let frame = encode(request, version, correlation_id)?;
+        let mut state = self.state.borrow_mut();
+        if let Some(e) = &state.0.closed {
+            return Err(e.clone());
+        }
+        self.frames.send(frame).map_err(|_| UpstreamError::Disconnected(self.address.clone()))?;
+        if let Some(waiter) = waiter {
+            let response_header_version = R::Response::header_version(version);
+            state.0.in_flight.push_back(InFlight { correlation_id, response_header_version, waiter });
+        }
+        Ok(())
+    }
+}
+
+fn encode<R: Request>(request: &R, version: i16, correlation_id: i32) -> Result<Bytes, UpstreamError> {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_u32(0);
+    let failed = |e: anyhow::Error| UpstreamError::Protocol(format!("cannot encode API {} v{version}: {e}", R::KEY));
+    header.encode(&mut buf, R::header_version(version)).map_err(failed)?;
+    request.encode(&mut buf, version).map_err(failed)?;
+    let len = u32::try_from(buf.len() - 4).map_err(|_| UpstreamError::Protocol("request too large".into()))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+/// The connection's life: connect, then write queued frames and read responses until either
+/// side fails or every `Connection` handle is dropped.
+async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::UnboundedReceiver<Bytes>, state: Rc<RefCell<StateCell>>) {
+    let error = match tokio::time::timeout(connect_timeout, TcpStream::connect(&address)).await {
+        Err(_) => UpstreamError::Unreachable(address.clone(), format!("no connection within {} ms", connect_timeout.as_millis())),
+        Ok(Err(e)) => UpstreamError::Unreachable(address.clone(), e.to_string()),
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            let (read_half, mut write_half) = stream.into_split();
+            let reader = read_responses(address.clone(), read_half, state.clone());
+            let writer = async {
+                while let Some(frame) = queued.recv().await {
+                    // Frames queued together leave in one write.
+                    let mut batch = BytesMut::from(&frame[..]);
+                    while let Ok(more) = queued.try_recv() {
+                        batch.extend_from_slice(&more);
+                    }
+                    if let Err(e) = write_half.write_all(&batch).await {
+                        return UpstreamError::Disconnected(format!("{address}: {e}"));
+                    }
+                }
+                UpstreamError::Disconnected(format!("{address}: closed"))
+            };
+            tokio::select! {
+                e = reader => e,
+                e = writer => e,
+            }
+        }
+    };
+    tracing::debug!(%address, %error, "upstream connection closed");
+    queued.close();
+    let waiting = {
+        let mut state = state.borrow_mut();
+        state.0.closed = Some(error.clone());
+        std::mem::take(&mut state.0.in_flight)
+    };
+    for request in waiting {
+        let _ = request.waiter.send(Err(error.clone()));
+    }
+}
+
+async fn read_responses(address: String, read_half: tokio::net::tcp::OwnedReadHalf, state: Rc<RefCell<StateCell>>) -> UpstreamError {
+    let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(MAX_RESPONSE_BYTES).new_codec();
+    let mut frames = FramedRead::new(read_half, codec);
+    loop {
+        let frame = match frames.next().await {
+            None => return UpstreamError::Disconnected(format!("{address}: closed by the broker")),
+            Some(Err(e)) => return UpstreamError::Disconnected(format!("{address}: {e}")),
+            Some(Ok(frame)) => frame,
+        };
+        let Some(request) = state.borrow_mut().0.in_flight.pop_front() else {
+            return UpstreamError::Protocol(format!("{address}: a response to no request"));
+        };
+        let mut body = frame.freeze();
+        let header = kafka_protocol::messages::ResponseHeader::decode(&mut body, request.response_header_version);
+        match header {
+            Ok(h) if h.correlation_id == request.correlation_id => {
+                let _ = request.waiter.send(Ok(body));
+            }
+            _ => {
+                let e = UpstreamError::Protocol(format!("{address}: response out of order"));
+                let _ = request.waiter.send(Err(e.clone()));
+                return e;
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+"""corral in front of a real Apache Kafka 4.4 cluster (`storage.backend = "upstream"`): the
+upstream holds the records, corral runs the groups and keeps their offsets.
+
+The Kafka behind corral is `apache_kafka_classic`: it serves no KIP-848, so a KIP-848 consumer
+that works here works because corral runs its group. Records produced through corral are read
+back from Kafka directly; committed offsets are read from corral, and Kafka is shown to know
+nothing of the group.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+import clients
+import kafkawire as kw
+from groups import committed, wait_until
+
+PARTITIONS = 3
+COUNT = 300
+
+
+def upstream_config(bootstrap: str, **upstream) -> str:
+    lines = ['[storage]', 'backend = "upstream"', "", "[upstream]", "bootstrap = [" + ", ".join(f'"{b}"' for b in bootstrap.split(",")) + "]"]
+    lines += [f"{k} = {v}" for k, v in upstream.items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def front(corral_factory, apache_kafka_classic):
+    """corral in front of the classic-only Kafka cluster."""
+    return corral_factory(config=upstream_config(apache_kafka_classic.bootstrap))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def group_consume(bootstrap: str, topic: str, group: str, count: int, protocol: str = "classic") -> list[tuple[int, int, bytes]]:
+    """Consumes `count` records as a member of `group`, committing synchronously as it goes;
+    returns (partition, offset, value) of each."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "group.protocol": protocol,
+        "logger": clients.RDKAFKA_LOG,
+    }
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    c = Consumer(conf)
+    got: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + 90
+    try:
+        c.subscribe([topic])
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"consumed {len(got)} of {count} records"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append((msg.partition(), msg.offset(), msg.value()))
+            c.commit(message=msg, asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_produce_and_group_consume_through_corral_records_in_kafka_offsets_in_corral(front, apache_kafka_classic):
+    topic, group = unique("up-roundtrip"), unique("up-group")
+    clients.create_topic(front.bootstrap, topic, partitions=PARTITIONS)
+    values = [f"value-{i}".encode() for i in range(COUNT)]
+    delivered = clients.produce_all(clients.producer(front.bootstrap), topic, [(str(i).encode(), v) for i, v in enumerate(values)])
+    assert sorted(v for _, v, _, _ in delivered) == sorted(values)
+
+    # The records are in Kafka, read from Kafka directly, where corral said they are.
+    direct = clients.consume_all(apache_kafka_classic.bootstrap, topic)
+    in_kafka = {(r.partition, r.offset): r.value for rs in direct.values() for r in rs}
+    assert {(p, o): v for _, v, p, o in delivered} == in_kafka
+
+    # A group whose coordinator is corral consumes all of them once.
+    got = group_consume(front.bootstrap, topic, group, COUNT)
+    assert sorted(v for _, _, v in got) == sorted(values)
+
+    # The offsets are corral's: committed there, unknown to Kafka.
+    ends = {(topic, p): len(direct.get(p, [])) for p in range(PARTITIONS)}
+    assert committed(front.bootstrap, group, list(ends)) == ends
+    kafka_groups = clients.admin_client(apache_kafka_classic.bootstrap).list_consumer_groups(request_timeout=30).result()
+    assert group not in {g.group_id for g in kafka_groups.valid}
+
+
+def test_kip848_consumer_in_front_of_a_kafka_without_kip848(front):
+    topic, group = unique("up-kip848"), unique("up-kip848-group")
+    clients.create_topic(front.bootstrap, topic, partitions=PARTITIONS)
+    clients.produce_all(clients.producer(front.bootstrap), topic, [(None, f"v{i}".encode()) for i in range(60)])
+    got = group_consume(front.bootstrap, topic, group, 60, protocol="consumer")
+    assert sorted(v for _, _, v in got) == sorted(f"v{i}".encode() for i in range(60))
+    assert sum(committed(front.bootstrap, group, [(topic, p) for p in range(PARTITIONS)]).values()) == 60
+
+
+def test_metadata_names_corral_alone_and_upstream_topics_appear(front, apache_kafka_classic):
+    # A topic created on Kafka directly is served through corral.
+    topic = unique("up-direct")
+    clients.create_topic(apache_kafka_classic.bootstrap, topic, partitions=2)
+    wait_until(lambda: topic in clients.admin_client(front.bootstrap).list_topics(timeout=10).topics, f"{topic} through corral", 30)
+    md = clients.admin_client(front.bootstrap).list_topics(timeout=10)
+    assert set(md.brokers) == {0}, md.brokers
+    assert {b.port for b in md.brokers.values()} == {front.kafka_port}
+    assert all(p.leader == 0 for p in md.topics[topic].partitions.values())
+    # Neither Kafka's __consumer_offsets nor its other internal topics are shown; corral's is.
+    assert "__consumer_offsets" in md.topics
+    clients.produce_all(clients.producer(front.bootstrap), topic, [(None, b"x")], partition=1)
+    assert clients.watermarks(front.bootstrap, topic, 1) == (0, 1)
+    assert clients.watermarks(apache_kafka_classic.bootstrap, topic, 1) == (0, 1)
+
+
+def test_api_versions_in_front_of_kafka(front):
+    conn = kw.Conn(front.bootstrap)
+    try:
+        conn.send(kw.api_versions_v0(1))
+        _, err, versions = kw.parse_api_versions_v0(conn.recv_frame())
+    finally:
+        conn.close()
+    assert err == 0
+    # Data APIs no higher than Kafka 4.4 serves them; group APIs (KIP-848 too) are corral's.
+    assert versions[kw.API_PRODUCE][1] <= 13 and versions[kw.API_FETCH][1] <= 18
+    assert 68 in versions  # ConsumerGroupHeartbeat, which this Kafka does not serve
+
+
+def test_unreachable_upstream_is_not_ready_and_says_why(corral_factory):
+    server = corral_factory(config=upstream_config("127.0.0.1:1", connect_timeout_ms=500), start=False)
+    server.start(ready=False)
+    wait_until(lambda: "cannot read the upstream's metadata" in server.run_log_text(), "the log says why", 30)
+    assert "127.0.0.1:1" in server.run_log_text()
+    time.sleep(1.0)
+    assert server.alive(), "corral exited"
+    status, _ = server.http_get("/health/ready")
+    assert status == 503
+    status, _ = server.http_get("/health/live")
+    assert status == 200
+
+
+def test_an_acknowledged_record_survives_a_killed_upstream_broker(front, apache_kafka_classic):
+    """A leader move under an acks=all stream: one of the three brokers is killed while records are
+    produced through corral; every record corral acknowledged is in Kafka afterwards, once."""
+    topic = unique("up-leader-move")
+    clients.create_topic(front.bootstrap, topic, partitions=PARTITIONS)
+    producer = clients.producer(front.bootstrap, linger_ms=2)
+    acked: list[tuple[int, int, bytes]] = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    for i in range(3000):
+        if i == 1000:
+            apache_kafka_classic.kill(1)
+        producer.produce(topic, value=f"m{i}".encode(), on_delivery=on_delivery)
+        producer.poll(0)
+        if i % 100 == 0:
+            time.sleep(0.02)
+    assert producer.flush(90) == 0
+    assert len(acked) == 3000, f"{3000 - len(acked)} records not acknowledged"
+    direct = clients.consume_all(apache_kafka_classic.bootstrap, topic)
+    in_kafka = [(r.partition, r.offset, r.value) for rs in direct.values() for r in rs]
+    assert sorted(in_kafka) == sorted(acked)
+    assert len({v for _, _, v in in_kafka}) == 3000, "a record is in Kafka twice"
+
+
+def test_three_corral_nodes_in_front_of_kafka(corral_factory, apache_kafka_classic):
+    from cluster import Cluster
+
+    c = Cluster(corral_factory, size=3, relays=False, extra_config=upstream_config(apache_kafka_classic.bootstrap))
+    try:
+        c.start()
+        topic, group = unique("up-cluster"), unique("up-cluster-group")
+        clients.create_topic(f"127.0.0.1:{c.kafka[1]}", topic, partitions=6)
+        # Leadership is spread over the corral nodes: two partitions each.
+        md = clients.admin_client(c.bootstrap).list_topics(topic, timeout=10)
+        assert set(md.brokers) == {0, 1, 2}
+        leaders = sorted(p.leader for p in md.topics[topic].partitions.values())
+        assert leaders == [0, 0, 1, 1, 2, 2], leaders
+        # Every node serves every partition: node 2 takes a produce for each, whoever Metadata names
+        # (once it knows the topic: a Metadata request naming it makes node 2 look upstream).
+        assert clients.partition_count(f"127.0.0.1:{c.kafka[2]}", topic) == 6
+        for p in range(6):
+            conn = kw.Conn(f"127.0.0.1:{c.kafka[2]}")
+            try:
+                conn.send(kw.produce_v3(1, topic, p, kw.record_batch([(None, b"via node 2")])))
+                frame = conn.recv_frame()
+            finally:
+                conn.close()
+            assert kw.parse_produce_v3(frame)[1][(topic, p)][0] == 0
+        clients.produce_all(clients.producer(c.bootstrap), topic, [(None, f"c{i}".encode()) for i in range(300)])
+        got = group_consume(c.bootstrap, topic, group, 306)
+        assert sorted(v for _, _, v in got) == sorted([b"via node 2"] * 6 + [f"c{i}".encode() for i in range(300)])
+        ends = {(topic, p): n for p, n in enumerate(len(clients.consume_all(apache_kafka_classic.bootstrap, topic, [p])[p]) for p in range(6))}
+        for node in range(3):
+            assert committed(f"127.0.0.1:{c.kafka[node]}", group, list(ends)) == ends
+    finally:
+        c.close()
