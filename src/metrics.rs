@@ -43,6 +43,7 @@ pub const UPSTREAM_CONNECTIONS_OPENED: &str = "corral_upstream_connections_opene
 pub const UPSTREAM_METADATA_REFRESHES: &str = "corral_upstream_metadata_refreshes_total";
 pub const UPSTREAM_METADATA_STALE: &str = "corral_upstream_metadata_stale_total";
 pub const UPSTREAM_RETRIES: &str = "corral_upstream_retries_total";
+pub const UPSTREAM_CONNECTIONS: &str = "corral_upstream_connections";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -86,6 +87,7 @@ fn describe() {
     describe_counter!(UPSTREAM_CONNECTIONS_OPENED, "Connections opened to upstream brokers, by broker");
     describe_counter!(UPSTREAM_METADATA_REFRESHES, "Reads of the upstream's metadata, by outcome");
     describe_counter!(UPSTREAM_METADATA_STALE, "Times an upstream answer showed corral's view of the upstream to be stale");
+    describe_gauge!(UPSTREAM_CONNECTIONS, "Connections to upstream brokers open or being opened, on every shard");
     describe_counter!(UPSTREAM_RETRIES, "Requests sent to the upstream again after a metadata refresh, by API");
     describe_counter!(REQUESTS, "Requests completed, by API and version");
     describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API and version");
@@ -354,6 +356,23 @@ pub fn upstream_metadata_stale() {
 
 pub fn upstream_retried(api: ApiKey) {
     counter!(UPSTREAM_RETRIES, "api" => format!("{api:?}")).increment(1);
+}
+
+/// Counts one upstream connection in `corral_upstream_connections` while it lives.
+#[derive(Debug)]
+pub struct UpstreamConnectionGuard(Gauge);
+
+/// An upstream connection begins (connecting, then open).
+pub fn upstream_connection_begun() -> UpstreamConnectionGuard {
+    let g = gauge!(UPSTREAM_CONNECTIONS);
+    g.increment(1.0);
+    UpstreamConnectionGuard(g)
+}
+
+impl Drop for UpstreamConnectionGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }
 
 /// Decrements the open-connections gauge when dropped.

@@ -29,6 +29,8 @@ use super::UpstreamError;
 /// The largest response frame accepted from an upstream broker.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
 const CLIENT_ID: &str = "corral";
+/// Queued frames are gathered into one write up to this size.
+const COALESCE_BYTES: usize = 64 << 10;
 
 type Waiter = oneshot::Sender<Result<Bytes, UpstreamError>>;
 
@@ -139,6 +141,7 @@ fn encode<R: Request>(request: &R, version: i16, correlation_id: i32) -> Result<
 /// The connection's life: connect, then write queued frames and read responses until either
 /// side fails or every `Connection` handle is dropped.
 async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::UnboundedReceiver<Bytes>, state: Rc<RefCell<StateCell>>) {
+    let _open = crate::metrics::upstream_connection_begun();
     let error = match tokio::time::timeout(connect_timeout, TcpStream::connect(&address)).await {
         Err(_) => UpstreamError::Unreachable(address.clone(), format!("no connection within {} ms", connect_timeout.as_millis())),
         Ok(Err(e)) => UpstreamError::Unreachable(address.clone(), e.to_string()),
@@ -148,12 +151,22 @@ async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::Unbou
             let reader = read_responses(address.clone(), read_half, state.clone());
             let writer = async {
                 while let Some(frame) = queued.recv().await {
-                    // Frames queued together leave in one write.
-                    let mut batch = BytesMut::from(&frame[..]);
-                    while let Ok(more) = queued.try_recv() {
-                        batch.extend_from_slice(&more);
-                    }
-                    if let Err(e) = write_half.write_all(&batch).await {
+                    // Small frames queued together leave in one write; a large one (a produce's
+                    // batches) is written as it is, not copied.
+                    let written = match queued.try_recv() {
+                        Err(_) => write_half.write_all(&frame).await,
+                        Ok(next) => {
+                            let mut batch = BytesMut::with_capacity(frame.len() + next.len());
+                            batch.extend_from_slice(&frame);
+                            batch.extend_from_slice(&next);
+                            while batch.len() < COALESCE_BYTES {
+                                let Ok(more) = queued.try_recv() else { break };
+                                batch.extend_from_slice(&more);
+                            }
+                            write_half.write_all(&batch).await
+                        }
+                    };
+                    if let Err(e) = written {
                         return UpstreamError::Disconnected(format!("{address}: {e}"));
                     }
                 }

@@ -111,13 +111,4 @@ impl Pool {
         });
         Lease { pool: self.clone(), broker, connection: Some(connection) }
     }
-
-    /// Open connections (ordered and idle), for the pool gauge and the leak test.
-    pub fn open_connections(&self) -> usize {
-        self.brokers
-            .borrow()
-            .values()
-            .map(|b| b.idle.iter().filter(|c| !c.is_closed()).count() + b.ordered.iter().filter(|c| !c.is_closed()).count())
-            .sum()
-    }
 }

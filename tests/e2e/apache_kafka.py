@@ -65,6 +65,17 @@ initial_rebalance_delay_ms = {INITIAL_REBALANCE_DELAY_MS}
 consumer_heartbeat_interval_ms = {CONSUMER_HEARTBEAT_INTERVAL_MS}
 """
 
+
+
+def corral_upstream_config(bootstrap: str, **upstream) -> str:
+    """The TOML that puts corral in front of the cluster at `bootstrap` (storage.backend =
+    "upstream"); `upstream` adds keys of its [upstream] section."""
+    addresses = ", ".join(f'"{b}"' for b in bootstrap.split(","))
+    lines = ["[storage]", 'backend = "upstream"', "[upstream]", f"bootstrap = [{addresses}]"]
+    lines += [f"{k} = {v}" for k, v in upstream.items()]
+    return "\n".join(lines) + "\n"
+
+
 LOG4J2 = """\
 status = warn
 appender.out.type = Console

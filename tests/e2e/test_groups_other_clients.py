@@ -3,7 +3,9 @@
 
 Each forms a group of two members, consumes every record exactly once and commits; the committed
 offsets are then read back with other clients (confluent-kafka's committed() and AdminClient's
-list_consumer_group_offsets, i.e. OffsetFetch) and must match what was consumed.
+list_consumer_group_offsets, i.e. OffsetFetch) and must match what was consumed. The
+kafka-python and KafkaJS groups run twice: against corral on local storage, and against corral in
+front of the classic-only Kafka cluster (the records in Kafka, the group in corral).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
 
 import clients
+from apache_kafka import corral_upstream_config
 from groups import (
     GROUP_CONFIG,
     all_records,
@@ -50,9 +54,17 @@ def next_offsets(records) -> dict[tuple[str, int], int]:
     return out
 
 
-def test_kafka_python_group(corral_factory, members):
-    server = corral_factory(config=GROUP_CONFIG)
-    b = server.bootstrap
+@pytest.fixture(params=["local", "upstream"])
+def group_server(request, corral_factory, apache_kafka_classic):
+    """corral on local storage, or in front of the classic-only Kafka cluster (the records in
+    Kafka, the group in corral)."""
+    if request.param == "upstream":
+        return corral_factory(config=GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
+    return corral_factory(config=GROUP_CONFIG)
+
+
+def test_kafka_python_group(group_server, members):
+    b = group_server.bootstrap
     topic, group = unique("kp-group"), unique("kp-group")
     clients.create_topic(b, topic, partitions=4)
     all_parts = {(topic, p) for p in range(4)}
@@ -89,12 +101,11 @@ def test_kafka_python_group(corral_factory, members):
     wait_group(b, group, ConsumerGroupState.EMPTY, 0)
 
 
-def test_kafkajs_group(corral_factory):
+def test_kafkajs_group(group_server):
     node = shutil.which("node")
     assert node, "node is not installed (scripts/test.sh installs it)"
     assert (JS_DIR / "node_modules" / "kafkajs").is_dir(), "kafkajs is not installed: run `npm ci` in tests/e2e/js"
-    server = corral_factory(config=GROUP_CONFIG)
-    b = server.bootstrap
+    b = group_server.bootstrap
     topic, group = unique("kjs-group"), unique("kjs-group")
     clients.create_topic(b, topic, partitions=4)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import clients
-from apache_kafka import CORRAL_GROUP_CONFIG
+from apache_kafka import CORRAL_GROUP_CONFIG, corral_upstream_config
 from groups import unique, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -85,11 +85,15 @@ def group_detail(server, group: str) -> dict | None:
 # --- a. and b.: produce, consume in a group, commit; corral and Kafka -----------------------------
 
 
-@pytest.fixture(params=["corral", "kafka"])
-def target(request, corral_factory, apache_kafka):
-    """The bootstrap of corral, or of the Kafka reference cluster (which conftest keeps whole)."""
+@pytest.fixture(params=["corral", "kafka", "corral-upstream"])
+def target(request, corral_factory, apache_kafka, apache_kafka_classic):
+    """The bootstrap of corral, of the Kafka reference cluster (which conftest keeps whole), or of
+    corral in front of the classic-only Kafka cluster (whose groups, KIP-848 ones too, corral
+    runs)."""
     if request.param == "corral":
         return corral_factory(config=CORRAL_GROUP_CONFIG).bootstrap
+    if request.param == "corral-upstream":
+        return corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap)).bootstrap
     return apache_kafka.bootstrap
 
 

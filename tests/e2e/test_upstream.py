@@ -9,6 +9,7 @@ nothing of the group.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -17,16 +18,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 import clients
 import kafkawire as kw
+from apache_kafka import corral_upstream_config
 from groups import committed, wait_until
 
 PARTITIONS = 3
 COUNT = 300
 
 
-def upstream_config(bootstrap: str, **upstream) -> str:
-    lines = ['[storage]', 'backend = "upstream"', "", "[upstream]", "bootstrap = [" + ", ".join(f'"{b}"' for b in bootstrap.split(",")) + "]"]
-    lines += [f"{k} = {v}" for k, v in upstream.items()]
-    return "\n".join(lines) + "\n"
+upstream_config = corral_upstream_config
 
 
 @pytest.fixture
@@ -203,3 +202,34 @@ def test_three_corral_nodes_in_front_of_kafka(corral_factory, apache_kafka_class
             assert committed(f"127.0.0.1:{c.kafka[node]}", group, list(ends)) == ends
     finally:
         c.close()
+
+
+def test_no_connection_or_descriptor_leaks(corral_factory, apache_kafka_classic):
+    """Client churn and an upstream broker restarting leave corral with no more descriptors than
+    its bounded upstream pool explains, and a second round of the same leaves no more than the
+    first."""
+    pool_size, shards, brokers = 1, 2, 3
+    server = corral_factory(config=f"[runtime]\nshards = {shards}\n" + upstream_config(apache_kafka_classic.bootstrap, pool_size=pool_size))
+    descriptors = lambda: len(os.listdir(f"/proc/{server.pid}/fd"))  # noqa: E731
+    at_start = descriptors()
+    topic = unique("up-leaks")
+    clients.create_topic(server.bootstrap, topic, partitions=PARTITIONS)
+
+    def churn(n: int) -> None:
+        for i in range(5):
+            clients.produce_all(clients.producer(server.bootstrap), topic, [(None, f"{n}-{i}-{j}".encode()) for j in range(20)])
+            clients.consume_all(server.bootstrap, topic)
+        apache_kafka_classic.kill(2)
+        clients.produce_all(clients.producer(server.bootstrap), topic, [(None, f"{n}-down".encode())])
+        apache_kafka_classic.start(2)
+        clients.produce_all(clients.producer(server.bootstrap), topic, [(None, f"{n}-back".encode())])
+        clients.consume_all(server.bootstrap, topic)
+
+    # Per shard and broker: the ordered connection and the idle ones kept; one for metadata.
+    upstream_bound = shards * brokers * (1 + pool_size) + 1
+    churn(1)
+    first = wait_until(lambda: (n := descriptors()) <= at_start + upstream_bound and n, f"descriptors back within the pool's bound ({at_start} + {upstream_bound})", 30)
+    churn(2)
+    second = wait_until(lambda: (n := descriptors()) <= first + 2 and n, lambda: f"descriptors after the second round: {descriptors()}, after the first {first}", 30)
+    assert second <= at_start + upstream_bound
+    print(f"descriptors: {at_start} at start, {first} after the first round, {second} after the second (bound {at_start + upstream_bound})")
