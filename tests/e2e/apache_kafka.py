@@ -209,6 +209,8 @@ class ApacheKafkaCluster:
 
     def _write_config(self, b: KafkaBroker) -> None:
         voters = ",".join(f"{o.node_id}@127.0.0.1:{o.controller_port}" for o in self.brokers)
+        # Three replicas, two in sync; fewer on a smaller cluster (the benchmarks' single broker).
+        rf, isr = min(3, len(self.brokers)), min(2, len(self.brokers))
         props = {
             "process.roles": "broker,controller",
             "node.id": b.node_id,
@@ -220,13 +222,13 @@ class ApacheKafkaCluster:
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(b.data_dir),
             "num.partitions": 1,
-            "default.replication.factor": 3,
-            "min.insync.replicas": 2,
-            "offsets.topic.replication.factor": 3,
-            "transaction.state.log.replication.factor": 3,
-            "transaction.state.log.min.isr": 2,
-            "share.coordinator.state.topic.replication.factor": 3,
-            "share.coordinator.state.topic.min.isr": 2,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": INITIAL_REBALANCE_DELAY_MS,
             "group.consumer.min.heartbeat.interval.ms": min(CONSUMER_HEARTBEAT_INTERVAL_MS, 5000),
             "group.consumer.heartbeat.interval.ms": CONSUMER_HEARTBEAT_INTERVAL_MS,

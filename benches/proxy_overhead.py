@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What corral in front of Kafka costs a client, in one run: client -> Kafka against
+client -> corral -> Kafka, the same load generator for both.
+
+    .venv/bin/python benches/proxy_overhead.py --corral target/release/corral \
+        --bench target/release/corral-bench [--rounds 3] [--duration 5]
+
+Starts one Apache Kafka 4.4 broker (the jars scripts/test.sh resolves into .cache/, through
+tests/e2e/apache_kafka.py) and one corral with `storage.backend = "upstream"` in front of it.
+Each round measures, direct and through corral (the order swapped every round, since the
+machine's speed drifts):
+- produce throughput: corral-bench produce, 1 KiB records in 1000-record batches, acks=1,
+  4 connections x 4 in flight, 4 partitions;
+- fetch throughput: corral-bench fetch of one filled partition in 1 MiB fetches;
+- produce latency: one 1 KiB record at a time with acks=1 (confluent-kafka, each send waited
+  for), p50 and p99 of 2000;
+and corral's CPU seconds per GB moved. Prints the medians, the through/direct ratios per round
+and the added latency (through minus direct).
+"""
+
+import argparse
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+from apache_kafka import ApacheKafkaCluster, corral_upstream_config  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench(args, *argv) -> str:
+    out = subprocess.run([args.bench, *argv], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"corral-bench {' '.join(argv)} failed:\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def mbps(text: str) -> float:
+    return float(re.search(r"median ([\d.]+) MB/s", text).group(1))
+
+
+def produce_mbps(args, bootstrap: str, topic: str) -> float:
+    return mbps(bench(args, "produce", "--bootstrap", bootstrap, "--topic", topic, "--create", "4", "--connections", "4",
+                      "--in-flight", "4", "--acks", "1", "--warmup", "1", "--duration", str(args.duration), "--reps", "1"))
+
+
+def fetch_mbps(args, bootstrap: str, topic: str) -> float:
+    return mbps(bench(args, "fetch", "--bootstrap", bootstrap, "--topic", topic, "--warmup", "0.5",
+                      "--duration", str(args.duration), "--reps", "1"))
+
+
+def latencies_ms(bootstrap: str, topic: str, n: int = 2000) -> tuple[float, float]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False})
+    value = b"x" * 1024
+    for _ in range(100):  # warm-up: metadata, connections
+        p.produce(topic, value)
+        p.flush(10)
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        p.produce(topic, value, partition=0)
+        p.flush(10)
+        samples.append((time.perf_counter() - t) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(0.99 * len(samples)) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corral", default=str(REPO / "target" / "release" / "corral"))
+    ap.add_argument("--bench", default=str(REPO / "target" / "release" / "corral-bench"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=5)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="corral-proxy-bench-"))
+    kafka = ApacheKafkaCluster(work / "kafka", size=1)
+    kafka.start_all()
+    direct = kafka.bootstrap
+    kport, aport = free_port(), free_port()
+    (work / "corral.toml").write_text("[admin]\nmetrics = false\n" + corral_upstream_config(direct))
+    log = open(work / "corral.log", "wb")
+    corral = subprocess.Popen([args.corral, "serve", "--data-dir", str(work / "corral-data"), "--listen", f"127.0.0.1:{kport}",
+                               "--admin-listen", f"127.0.0.1:{aport}", "--config", str(work / "corral.toml")],
+                              stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, CORRAL_LOG="warn"))
+    through = f"127.0.0.1:{kport}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", aport), timeout=1) as s:
+                    s.sendall(b"GET /health/ready HTTP/1.0\r\n\r\n")
+                    if b" 200 " in s.recv(100):
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "corral not ready"
+            time.sleep(0.1)
+        # The fetch partition, filled once directly (256 MiB).
+        bench(args, "produce", "--bootstrap", direct, "--topic", "proxy-fetch", "--create", "1", "--bytes", str(256 << 20))
+        rows = {k: {"direct": [], "corral": []} for k in ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms")}
+        cpu_per_gb = []
+        for rnd in range(args.rounds):
+            sides = [("direct", direct), ("corral", through)]
+            if rnd % 2:
+                sides.reverse()
+            for name, bootstrap in sides:
+                before = cpu_seconds(corral.pid)
+                p = produce_mbps(args, bootstrap, f"proxy-produce-{name}-{rnd}")
+                f = fetch_mbps(args, bootstrap, "proxy-fetch")
+                if name == "corral":
+                    moved_gb = (p + f) * args.duration * 1e6 / 1e9
+                    cpu_per_gb.append((cpu_seconds(corral.pid) - before) / moved_gb)
+                p50, p99 = latencies_ms(bootstrap, f"proxy-latency-{rnd}")
+                for key, value in (("produce MB/s", p), ("fetch MB/s", f), ("latency p50 ms", p50), ("latency p99 ms", p99)):
+                    rows[key][name].append(value)
+                print(f"round {rnd + 1} {name:6}: produce {p:7.1f} MB/s  fetch {f:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms", flush=True)
+        print()
+        print(f"{'':16} {'direct':>10} {'corral':>10} {'corral/direct (per round)':>34}")
+        for key, v in rows.items():
+            ratios = [c / d for c, d in zip(v["corral"], v["direct"])]
+            per = ", ".join(f"{r:.3f}" for r in ratios)
+            print(f"{key:16} {statistics.median(v['direct']):10.3f} {statistics.median(v['corral']):10.3f} {statistics.median(ratios):10.3f}  ({per})")
+        added = [c - d for c, d in zip(rows["latency p50 ms"]["corral"], rows["latency p50 ms"]["direct"])]
+        added99 = [c - d for c, d in zip(rows["latency p99 ms"]["corral"], rows["latency p99 ms"]["direct"])]
+        print(f"added latency: p50 {statistics.median(added):.3f} ms, p99 {statistics.median(added99):.3f} ms (median over rounds)")
+        # CPU over produce and fetch with their warm-ups, per GB of the timed part: an upper bound.
+        print(f"corral CPU per GB moved (produce + fetch): {statistics.median(cpu_per_gb):.2f} s")
+    finally:
+        corral.terminate()
+        corral.wait(30)
+        kafka.stop()
+
+
+if __name__ == "__main__":
+    main()
