@@ -233,3 +233,39 @@ def test_no_connection_or_descriptor_leaks(corral_factory, apache_kafka_classic)
     second = wait_until(lambda: (n := descriptors()) <= first + 2 and n, lambda: f"descriptors after the second round: {descriptors()}, after the first {first}", 30)
     assert second <= at_start + upstream_bound
     print(f"descriptors: {at_start} at start, {first} after the first round, {second} after the second (bound {at_start + upstream_bound})")
+
+
+def test_the_whole_upstream_down_then_back(front, apache_kafka_classic):
+    """Every upstream broker killed: a produce is answered with a retriable error within its own
+    timeout, a fetch within its wait and the request timeout, corral stays up; once Kafka is back,
+    producing through corral works again."""
+    topic = unique("up-down")
+    clients.create_topic(front.bootstrap, topic, partitions=1)
+    clients.produce_all(clients.producer(front.bootstrap), topic, [(None, b"before")])
+    for i in range(len(apache_kafka_classic.brokers)):
+        apache_kafka_classic.kill(i)
+    conn = kw.Conn(front.bootstrap, timeout=30)
+    try:
+        started = time.monotonic()
+        conn.send(kw.produce_v3(1, topic, 0, kw.record_batch([(None, b"while down")]), acks=-1, timeout_ms=3000))
+        produced = kw.parse_produce_v3(conn.recv_frame())[1][(topic, 0)]
+        produce_s = time.monotonic() - started
+        started = time.monotonic()
+        conn.send(kw.fetch_v4(2, topic, 0, 0, max_wait_ms=500))
+        fetched = kw.parse_fetch_v4(conn.recv_frame())[1][(topic, 0)]
+        fetch_s = time.monotonic() - started
+    finally:
+        conn.close()
+    # NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT: a producer retries either after new metadata.
+    assert produced[0] in (6, 7), produced
+    assert produce_s < 3.0 + 2.0, f"the produce was answered after {produce_s:.1f} s"
+    assert fetched[0] != 0 and fetch_s < 0.5 + 5.0, (fetched, fetch_s)
+    assert front.alive()
+    apache_kafka_classic.ensure_running()
+    wait_until(
+        lambda: clients.produce_all(clients.producer(front.bootstrap), topic, [(None, b"after")]) and True,
+        "a produce through corral once Kafka is back",
+        60,
+    )
+    values = [r.value for r in clients.consume_all(front.bootstrap, topic)[0]]
+    assert values[0] == b"before" and b"after" in values and b"while down" not in values, values
