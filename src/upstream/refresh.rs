@@ -162,3 +162,25 @@ pub fn corral_leader(nodes: &[i32], topic_id: uuid::Uuid, partition: i32) -> i32
     let start = (hi ^ lo) % nodes.len() as u64;
     nodes[((start + partition as u64) % nodes.len() as u64) as usize]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::corral_leader;
+
+    #[test]
+    fn a_topics_partitions_spread_evenly_and_every_node_agrees() {
+        let nodes = [0, 1, 2];
+        for _ in 0..50 {
+            let id = uuid::Uuid::new_v4();
+            let mut per_node = [0; 3];
+            for p in 0..6 {
+                let leader = corral_leader(&nodes, id, p);
+                assert_eq!(leader, corral_leader(&nodes, id, p));
+                per_node[leader as usize] += 1;
+            }
+            assert_eq!(per_node, [2, 2, 2]);
+        }
+        assert_eq!(corral_leader(&[7], uuid::Uuid::new_v4(), 3), 7);
+        assert_eq!(corral_leader(&[], uuid::Uuid::new_v4(), 0), -1);
+    }
+}

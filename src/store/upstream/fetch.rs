@@ -217,3 +217,58 @@ fn record(
     }
     bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// `n` record batches of `len` bytes each (only the length field matters here).
+    fn batches(n: usize, len: usize) -> Bytes {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let mut b = vec![0u8; len];
+            b[8..12].copy_from_slice(&((len - 12) as u32).to_be_bytes());
+            out.extend(b);
+        }
+        Bytes::from(out)
+    }
+
+    fn data(records: Option<Bytes>) -> Result<PartitionData, StoreError> {
+        Ok(PartitionData { high_watermark: 10, last_stable_offset: 10, log_start_offset: 0, records: records.map(Chunk::Bytes) })
+    }
+
+    fn kept(results: &[Result<PartitionData, StoreError>]) -> Vec<usize> {
+        results
+            .iter()
+            .map(|r| match &r.as_ref().unwrap().records {
+                Some(Chunk::Bytes(b)) => b.len(),
+                _ => 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_partition_with_records_keeps_its_first_batch_whole() {
+        let mut results = vec![data(None), data(Some(batches(3, 100))), data(Some(batches(2, 100)))];
+        keep_within(1, &mut results);
+        assert_eq!(kept(&results), vec![0, 100, 0]);
+    }
+
+    #[test]
+    fn later_partitions_get_what_the_budget_leaves_cut_at_that_byte() {
+        let mut results = vec![data(Some(batches(2, 100))), data(Some(batches(2, 100))), data(Some(batches(1, 100)))];
+        keep_within(350, &mut results);
+        assert_eq!(kept(&results), vec![200, 150, 0]);
+        // Offsets are kept for a partition cut to nothing.
+        assert_eq!(results[2].as_ref().unwrap().high_watermark, 10);
+    }
+
+    #[test]
+    fn errors_and_empty_partitions_take_nothing_from_the_budget() {
+        let mut results = vec![Err(StoreError::UnknownPartition), data(None), data(Some(batches(2, 100)))];
+        keep_within(1 << 20, &mut results);
+        assert!(results[0].is_err());
+        assert_eq!(kept(&results[1..]), vec![0, 200]);
+    }
+}
