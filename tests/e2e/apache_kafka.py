@@ -165,6 +165,15 @@ class KafkaBroker:
         return self.log_path.read_text(errors="replace").split("==== e2e: start #")[-1] if self.log_path.exists() else ""
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id (16 bytes, URL-safe base64). One that starts with "-" would be
+    taken for an option by kafka-storage's argument parser (one in 32), so none does."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class ApacheKafkaCluster:
     """Three KRaft nodes (broker + controller each) on 127.0.0.1.
 
@@ -180,7 +189,7 @@ class ApacheKafkaCluster:
         self.libs = libs or kafka_libs()
         self.live = live if live is not None else {}
         self.rebalance_protocols = rebalance_protocols
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.cluster_id = _cluster_id()
         self.brokers = [KafkaBroker(i, workdir / f"broker{i}") for i in range(size)]
         self.log4j_path = workdir / "log4j2.properties"
         self.log4j_path.write_text(LOG4J2)
