@@ -56,7 +56,10 @@ def test_the_page_shows_the_groups_and_their_rebalances(corral_factory, members,
     b, topic, group = server.bootstrap, unique("page"), unique("page-group")
     clients.create_topic(b, topic, partitions=2)
     parts = {(topic, p) for p in range(2)}
-    clients.produce_all(clients.producer(b), topic, [(None, f"v{i}".encode()) for i in range(10)])
+    # Five records in each partition: the page lists a committed offset for both.
+    producer = clients.producer(b)
+    for p in range(2):
+        clients.produce_all(producer, topic, [(None, f"v{p}-{i}".encode()) for i in range(5)], partition=p)
     conf = dict(client="confluent", bootstrap=b, group=group, topics=[topic], session_timeout_ms=2000, heartbeat_interval_ms=200)
     first = members("first", client_id="page-first", **conf)
     wait_owned_exactly_once([first], parts)
