@@ -36,6 +36,8 @@ fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// What this node is to its clients: a broker, or an application's sidecar.
+    pub role: Role,
     pub node: NodeConfig,
     pub kafka: KafkaConfig,
     pub admin: AdminConfig,
@@ -45,6 +47,18 @@ pub struct Config {
     pub groups: GroupsConfig,
     pub cluster: ClusterConfig,
     pub upstream: UpstreamConfig,
+    pub sidecar: SidecarConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Coordinates groups itself, alone or as one node of a corral cluster.
+    #[default]
+    Broker,
+    /// The only broker an application sees, at one local address: data goes to the upstream's
+    /// leaders, group requests to the group service of `[sidecar]`.
+    Sidecar,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -151,6 +165,18 @@ pub struct UpstreamConfig {
     pub metadata_max_age_ms: u64,
     /// The least time between two reads of the upstream's metadata.
     pub retry_backoff_ms: u64,
+}
+
+/// `[sidecar]`: where a sidecar (`role = "sidecar"`) sends group requests.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// `host:port` of one or more nodes of the group service: a corral cluster, or a Kafka
+    /// cluster whose own coordinator keeps the groups.
+    pub group_bootstrap: Vec<String>,
+    /// How long a group request may take to reach its coordinator, following it as it moves
+    /// (a JoinGroup: this beyond its rebalance timeout).
+    pub request_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -331,6 +357,12 @@ impl Default for UpstreamConfig {
     }
 }
 
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig { group_bootstrap: Vec::new(), request_timeout_ms: 30_000 }
+    }
+}
+
 impl Default for TopicsConfig {
     fn default() -> Self {
         TopicsConfig {
@@ -465,6 +497,35 @@ impl Config {
         Ok(())
     }
 
+    fn validate_sidecar(&self) -> Result<(), ConfigError> {
+        let s = &self.sidecar;
+        if self.role != Role::Sidecar {
+            if !s.group_bootstrap.is_empty() {
+                return Err(invalid("sidecar.group_bootstrap", "is set but role is not \"sidecar\""));
+            }
+            return Ok(());
+        }
+        if self.storage.backend != StorageBackend::Upstream {
+            return Err(invalid("role", "\"sidecar\" needs storage.backend = \"upstream\": a sidecar keeps no partition data"));
+        }
+        if self.cluster.is_multi_node() {
+            return Err(invalid("cluster.nodes", "a sidecar is one node; list the corral cluster in sidecar.group_bootstrap"));
+        }
+        if s.group_bootstrap.is_empty() {
+            return Err(invalid(
+                "sidecar.group_bootstrap",
+                "must name at least one host:port of the group service when role = \"sidecar\"",
+            ));
+        }
+        for address in &s.group_bootstrap {
+            parse_host_port(address).map_err(|reason| invalid("sidecar.group_bootstrap", format!("{address}: {reason}")))?;
+        }
+        if !(1..=3_600_000).contains(&s.request_timeout_ms) {
+            return Err(invalid("sidecar.request_timeout_ms", format!("must be between 1 and 3600000, got {}", s.request_timeout_ms)));
+        }
+        Ok(())
+    }
+
     /// Checks every bound and cross-field rule. Runs before anything is bound or opened.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
@@ -512,6 +573,7 @@ impl Config {
         }
         self.validate_cluster()?;
         self.validate_upstream()?;
+        self.validate_sidecar()?;
         let r = &self.runtime;
         if r.shards > MAX_SHARDS {
             return Err(invalid("runtime.shards", format!("must be at most {MAX_SHARDS}, got {}", r.shards)));
@@ -700,6 +762,24 @@ mod tests {
         assert!(err.contains("backend"), "{err}");
         let ok = parse("[storage]\nbackend = \"upstream\"\n[upstream]\nbootstrap = [\"kafka-0.kafka:9092\", \"10.0.0.1:9092\"]\n").unwrap();
         assert_eq!(ok.upstream.bootstrap.len(), 2);
+    }
+
+    #[test]
+    fn sidecar_settings_are_checked_against_the_role() {
+        let parse = |text: &str| Config::from_toml(text, None).and_then(|c| c.validate().map(|()| c));
+        let upstream = "[storage]\nbackend = \"upstream\"\n[upstream]\nbootstrap = [\"kafka:9092\"]\n";
+        let err = parse("role = \"sidecar\"\n").unwrap_err().to_string();
+        assert!(err.contains("role") && err.contains("storage.backend"), "{err}");
+        let err = parse(&format!("role = \"sidecar\"\n{upstream}")).unwrap_err().to_string();
+        assert!(err.contains("sidecar.group_bootstrap"), "{err}");
+        let err = parse("[sidecar]\ngroup_bootstrap = [\"corral:9092\"]\n").unwrap_err().to_string();
+        assert!(err.contains("sidecar.group_bootstrap") && err.contains("role"), "{err}");
+        let err = parse(&format!("role = \"sidecar\"\n{upstream}[sidecar]\ngroup_bootstrap = [\"corral\"]\n")).unwrap_err().to_string();
+        assert!(err.contains("sidecar.group_bootstrap"), "{err}");
+        let err = parse("role = \"proxy\"\n").unwrap_err().to_string();
+        assert!(err.contains("role"), "{err}");
+        let ok = parse(&format!("role = \"sidecar\"\n{upstream}[sidecar]\ngroup_bootstrap = [\"corral-0.corral:9092\"]\n")).unwrap();
+        assert_eq!(ok.role, Role::Sidecar);
     }
 
     #[test]

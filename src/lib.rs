@@ -43,6 +43,7 @@ pub mod raft;
 pub mod record_batch;
 pub mod runtime;
 pub mod server;
+pub mod sidecar;
 pub mod storage;
 pub mod store;
 pub mod upstream;

@@ -44,6 +44,8 @@ pub const UPSTREAM_METADATA_REFRESHES: &str = "corral_upstream_metadata_refreshe
 pub const UPSTREAM_METADATA_STALE: &str = "corral_upstream_metadata_stale_total";
 pub const UPSTREAM_RETRIES: &str = "corral_upstream_retries_total";
 pub const UPSTREAM_CONNECTIONS: &str = "corral_upstream_connections";
+pub const SIDECAR_GROUP_REQUESTS: &str = "corral_sidecar_group_requests_total";
+pub const SIDECAR_COORDINATOR_LOOKUPS: &str = "corral_sidecar_coordinator_lookups_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -78,6 +80,11 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(
+        SIDECAR_GROUP_REQUESTS,
+        "Group requests a sidecar forwarded, by API and outcome (ok; followed: answered after the coordinator moved; failed: answered with the coordinator error)"
+    );
+    describe_counter!(SIDECAR_COORDINATOR_LOOKUPS, "FindCoordinator requests a sidecar sent to the group service, by outcome");
     describe_counter!(UPSTREAM_REQUESTS, "Requests sent to the upstream cluster, by broker, API and outcome (ok or error: no answer)");
     describe_histogram!(
         UPSTREAM_REQUEST_DURATION,
@@ -356,6 +363,21 @@ pub fn upstream_metadata_stale() {
 
 pub fn upstream_retried(api: ApiKey) {
     counter!(UPSTREAM_RETRIES, "api" => format!("{api:?}")).increment(1);
+}
+
+/// A sidecar answered a forwarded group request: `attempts` sends, `ok` without the
+/// coordinator-level error.
+pub fn sidecar_group_request(api: ApiKey, attempts: u32, ok: bool) {
+    let outcome = match (ok, attempts) {
+        (false, _) => "failed",
+        (true, 0..=1) => "ok",
+        (true, _) => "followed",
+    };
+    counter!(SIDECAR_GROUP_REQUESTS, "api" => format!("{api:?}"), "outcome" => outcome).increment(1);
+}
+
+pub fn sidecar_coordinator_lookup(ok: bool) {
+    counter!(SIDECAR_COORDINATOR_LOOKUPS, "outcome" => if ok { "ok" } else { "error" }).increment(1);
 }
 
 /// Counts one upstream connection in `corral_upstream_connections` while it lives.

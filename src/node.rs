@@ -42,6 +42,8 @@ pub struct Node {
     pub metadata_leader: AtomicI64,
     /// The upstream cluster holding partition data (`storage.backend = "upstream"`).
     pub upstream: Option<Arc<crate::upstream::Upstream>>,
+    /// Where group requests go when this node is a sidecar (`role = "sidecar"`).
+    pub sidecar: Option<Arc<crate::sidecar::GroupService>>,
     /// Connections and request bytes the node's clients hold, across every shard.
     pub(crate) client_limits: Arc<crate::net::limits::ClientLimits>,
 }
@@ -82,11 +84,12 @@ impl Node {
         }
     }
 
-    /// Every shard is accepting, the upstream (if any) has answered, and the node is not shutting
-    /// down (`/health/ready`).
+    /// Every shard is accepting, the upstream and the group service (if any) have answered, and
+    /// the node is not shutting down (`/health/ready`).
     pub fn is_ready(&self) -> bool {
         let upstream_known = self.upstream.as_ref().is_none_or(|u| u.view().is_some());
-        self.ready.load(Ordering::Acquire) && upstream_known && !self.shutdown.is_cancelled()
+        let groups_known = self.sidecar.as_ref().is_none_or(|s| s.view().is_some());
+        self.ready.load(Ordering::Acquire) && upstream_known && groups_known && !self.shutdown.is_cancelled()
     }
 
     pub(crate) fn set_ready(&self) {

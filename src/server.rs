@@ -139,6 +139,7 @@ impl Server {
         let client_limits = crate::net::limits::ClientLimits::new(&config.kafka);
         let upstream = (config.storage.backend == crate::config::StorageBackend::Upstream)
             .then(|| Arc::new(crate::upstream::Upstream::new(config.upstream.clone())));
+        let sidecar = (config.role == crate::config::Role::Sidecar).then(|| Arc::new(crate::sidecar::GroupService::new(&config)));
         let node = Arc::new(Node {
             node_id: config.node.id,
             config,
@@ -156,6 +157,7 @@ impl Server {
             peers: Arc::new(peers),
             metadata_leader: std::sync::atomic::AtomicI64::new(-1),
             upstream,
+            sidecar,
             client_limits,
         });
         let raft_net = match peer_tasks {

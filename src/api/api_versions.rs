@@ -20,7 +20,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let error_code = if valid { NONE } else { ResponseError::InvalidRequest.code() };
     let mut keys = api_keys();
     if let Some(view) = services.node().upstream.as_ref().and_then(|u| u.view()) {
-        keys = in_front_of(&view, keys);
+        keys = clamp(keys, &UPSTREAM_APIS, &view.versions);
+    }
+    if let Some(view) = services.node().sidecar.as_ref().and_then(|s| s.view()) {
+        keys = clamp(keys, &crate::sidecar::FORWARDED_APIS, &view.versions);
     }
     let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys);
     Ok(Handled::Now(ctx.respond(&response)))
@@ -45,7 +48,8 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 /// The APIs corral passes on to the upstream: advertised no higher than the upstream serves them,
-/// and not at all if it does not. Group APIs stay corral's own.
+/// and not at all if it does not. Group APIs stay corral's own (a sidecar's go to its group
+/// service, and are clamped to what it serves in the same way).
 const UPSTREAM_APIS: [ApiKey; 7] = [
     ApiKey::Produce,
     ApiKey::Fetch,
@@ -56,14 +60,16 @@ const UPSTREAM_APIS: [ApiKey; 7] = [
     ApiKey::InitProducerId,
 ];
 
-fn in_front_of(view: &crate::upstream::UpstreamView, keys: Vec<ApiVersion>) -> Vec<ApiVersion> {
+/// `keys`, with those of `passed_on` advertised no higher than `versions` (what the cluster
+/// they are passed on to serves) and left out if it does not serve them.
+fn clamp(keys: Vec<ApiVersion>, passed_on: &[ApiKey], versions: &std::collections::BTreeMap<i16, (i16, i16)>) -> Vec<ApiVersion> {
     keys.into_iter()
         .filter_map(|mut k| {
-            if !UPSTREAM_APIS.iter().any(|a| *a as i16 == k.api_key) {
+            if !passed_on.iter().any(|a| *a as i16 == k.api_key) {
                 return Some(k);
             }
-            let (_, upstream_max) = *view.versions.get(&k.api_key)?;
-            k.max_version = k.max_version.min(upstream_max);
+            let (_, their_max) = *versions.get(&k.api_key)?;
+            k.max_version = k.max_version.min(their_max);
             (k.min_version <= k.max_version).then_some(k)
         })
         .collect()

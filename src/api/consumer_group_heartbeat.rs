@@ -38,6 +38,13 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         client_host: groups::client_host(&ctx),
         version: ctx.api_version,
     };
+    // In front of an upstream, a topic created there by another client (a sidecar) is unknown
+    // here until the next refresh: a subscription naming one asks for it now.
+    if let (Some(upstream), Some(names)) = (&services.node().upstream, &beat.subscribed_names) {
+        if names.iter().any(|n| services.node().catalog.get(n).is_none()) {
+            upstream.mark_stale();
+        }
+    }
     let answer = services.groups().consumer_heartbeat(beat).await;
     Ok(Handled::Later(Box::pin(async move {
         let answer = answer.await.unwrap_or_else(|e| HeartbeatAnswer {

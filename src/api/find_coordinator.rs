@@ -1,6 +1,7 @@
 //! FindCoordinator (key 10): a group's coordinator is the node leading the Raft group of its
-//! coordinator partition (this node, on a single node). Batched keys from v4. Transactions are
-//! not served, so TRANSACTION keys get a clear, non-retriable error.
+//! coordinator partition (this node, on a single node). A sidecar names itself for every group
+//! (it forwards their requests). Batched keys from v4. Transactions are not served, so
+//! TRANSACTION keys get a clear, non-retriable error.
 
 use std::rc::Rc;
 
@@ -59,7 +60,10 @@ async fn answer(services: &dyn Services, key_type: i8, key: StrBytes) -> Coordin
         _ => return refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
     }
     let node = services.node();
-    let leader = services.groups().coordinator_of(key.to_string()).await.and_then(|id| i32::try_from(id).ok());
+    let leader = match services.sidecar() {
+        Some(_) => Some(node.node_id),
+        None => services.groups().coordinator_of(key.to_string()).await.and_then(|id| i32::try_from(id).ok()),
+    };
     match leader.and_then(|id| node.brokers.get(&id).map(|addr| (id, addr))) {
         Some((id, (host, port))) => Coordinator::default()
             .with_key(key.clone())

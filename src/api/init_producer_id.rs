@@ -32,7 +32,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         match allocated {
             Ok((id, epoch)) => response.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
             Err(e) => {
-                tracing::warn!(error = %e, "no producer id block from the metadata group");
+                tracing::warn!(error = %e, code = e.error_code().code(), "no producer id for the client");
                 response.with_error_code(allocation_error(&e).code())
             }
         }

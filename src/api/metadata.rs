@@ -41,12 +41,17 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         upstream.before_metadata(names_unknown, std::time::Duration::from_secs(5)).await;
     }
 
+    // A sidecar's groups and offsets are its group service's: it has no `__consumer_offsets`.
+    let hidden = |name: &str| node.sidecar.is_some() && cluster::is_internal(name);
     let topics = match requested {
-        None => catalog.all().iter().map(|t| describe(services.node(), t)).collect(),
+        None => catalog.all().iter().filter(|t| !hidden(&t.name)).map(|t| describe(services.node(), t)).collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for t in wanted {
                 out.push(match t.name {
+                    Some(name) if hidden(&name.0) => MetadataResponseTopic::default()
+                        .with_name(Some(name))
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                     Some(name) => lookup_or_create(services.node(), &name.0, auto_create).await,
                     None => match catalog.get_by_id(t.topic_id) {
                         Some(topic) => describe(services.node(), &topic),

@@ -17,6 +17,8 @@
 //! A handler is given [`Services`]: the node's shared state, its shard's metrics, the partition
 //! store and the group router, and nothing else. Where a partition's data or a group's
 //! coordinator lives is decided below that line (`crate::store`, `crate::coordinator::router`).
+//! A sidecar's group requests never reach these handlers: they are forwarded to its group
+//! service as they come (`crate::sidecar`).
 
 mod api_versions;
 mod consumer_group_describe;
@@ -64,8 +66,10 @@ pub(crate) trait Services {
     fn metrics(&self) -> &ShardMetrics;
     /// Produce, Fetch and ListOffsets go here.
     fn store(&self) -> &dyn PartitionStore;
-    /// Every group API goes here.
+    /// Every group API goes here, unless the node is a sidecar.
     fn groups(&self) -> &dyn GroupRouter;
+    /// A sidecar forwards the group APIs to its group service instead.
+    fn sidecar(&self) -> Option<&Rc<crate::sidecar::forward::Forwarder>>;
 }
 
 /// The outcome of a handler's first stage.
@@ -150,6 +154,9 @@ pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer
             return Ok(Handled::Now(api_versions::unsupported_version(&ctx)));
         }
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
+    }
+    if let Some(sidecar) = services.sidecar().filter(|_| crate::sidecar::FORWARDED_APIS.contains(&ctx.api_key)) {
+        return sidecar.serve(ctx, frame).await;
     }
     (entry.handle)(services.clone(), ctx, frame).await
 }

@@ -16,11 +16,19 @@ use crate::protocol::RequestContext;
 /// position of its offset among those sent on.
 type Layout = Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Result<usize, i16>)>)>;
 
+/// How long a commit naming a topic unknown here waits for the upstream's metadata.
+const UNKNOWN_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetCommit, OffsetCommitRequest, 2, 9);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetCommitRequest = ctx.decode(body)?;
     let catalog = &services.node().catalog;
+    if let Some(upstream) = &services.node().upstream {
+        if request.topics.iter().any(|t| catalog.get(&t.name.0).is_none()) {
+            upstream.look_for_new_topics(UNKNOWN_TOPIC_WAIT).await;
+        }
+    }
     let mut layout: Layout = Vec::new();
     let mut offsets = Vec::new();
     for topic in &request.topics {

@@ -124,6 +124,9 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     }
     drop(tx);
     let _ = writer.await;
+    if let Some(sidecar) = shard.sidecar_forwarder() {
+        sidecar.connection_closed(peer);
+    }
 }
 
 /// Small responses that are ready back to back are copied into one buffer and leave in one

@@ -43,6 +43,8 @@ pub struct Shard {
     store: Box<dyn PartitionStore>,
     /// Where the group APIs find the group coordinator, from this shard.
     groups: Box<dyn GroupRouter>,
+    /// A sidecar's forwarding of group requests to the group service.
+    sidecar: Option<Rc<crate::sidecar::forward::Forwarder>>,
 }
 
 impl Shard {
@@ -52,6 +54,7 @@ impl Shard {
                 Some(upstream) => Box::new(UpstreamStore::new(node.clone(), upstream.clone(), LocalStore::new(shard.clone()))),
                 None => Box::new(LocalStore::new(shard.clone())),
             };
+            let sidecar = node.sidecar.clone().map(|s| Rc::new(crate::sidecar::forward::Forwarder::new(s)));
             Shard {
                 id,
                 metrics: ShardMetrics::new(id),
@@ -61,6 +64,7 @@ impl Shard {
                 metadata: OnceCell::new(),
                 store,
                 groups: Box::new(LocalGroups::new(shard.clone())),
+                sidecar,
             }
         })
     }
@@ -68,6 +72,11 @@ impl Shard {
     /// The group coordinator as the group APIs reach it from this shard.
     pub fn groups(&self) -> &dyn GroupRouter {
         self.groups.as_ref()
+    }
+
+    /// A sidecar's forwarder of group requests (`None` unless `role = "sidecar"`).
+    pub fn sidecar_forwarder(&self) -> Option<&Rc<crate::sidecar::forward::Forwarder>> {
+        self.sidecar.as_ref()
     }
 
     /// The partition store the data APIs use on this shard.
@@ -254,6 +263,10 @@ impl crate::api::Services for Shard {
     fn groups(&self) -> &dyn GroupRouter {
         Shard::groups(self)
     }
+
+    fn sidecar(&self) -> Option<&Rc<crate::sidecar::forward::Forwarder>> {
+        self.sidecar_forwarder()
+    }
 }
 
 /// Everything a shard thread needs to start.
@@ -304,6 +317,9 @@ async fn serve(start: ShardStart) -> Result<(), String> {
     tokio::task::spawn_local(super::background::retention(shard.clone()));
     if let (0, Some(upstream)) = (id, &node.upstream) {
         tokio::task::spawn_local(crate::upstream::refresh::run(node.clone(), upstream.clone()));
+    }
+    if let (0, Some(service)) = (id, &node.sidecar) {
+        tokio::task::spawn_local(crate::sidecar::run(node.clone(), service.clone()));
     }
     if node.config.storage.flush_ms > 0 {
         tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));

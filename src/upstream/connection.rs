@@ -90,8 +90,19 @@ impl Connection {
         version: i16,
         request: &R,
     ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
+        self.send_as(version, request, None)
+    }
+
+    /// As [`Self::send`], in the name of `client_id` (corral's own when `None`): a request
+    /// forwarded for a client keeps the client's id, which coordinators record per member.
+    pub fn send_as<R: Request>(
+        &self,
+        version: i16,
+        request: &R,
+        client_id: Option<StrBytes>,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
         let (waiter, response) = oneshot::channel();
-        self.queue(request, version, Some(waiter))?;
+        self.queue(request, version, client_id, Some(waiter))?;
         let address = self.address.clone();
         Ok(async move {
             let mut body = response.await.map_err(|_| UpstreamError::Disconnected(address.clone()))??;
@@ -102,13 +113,19 @@ impl Connection {
 
     /// Queues a request that gets no response (Produce with acks=0).
     pub fn send_only<R: Request>(&self, version: i16, request: &R) -> Result<(), UpstreamError> {
-        self.queue(request, version, None)
+        self.queue(request, version, None, None)
     }
 
-    fn queue<R: Request>(&self, request: &R, version: i16, waiter: Option<Waiter>) -> Result<(), UpstreamError> {
+    fn queue<R: Request>(
+        &self,
+        request: &R,
+        version: i16,
+        client_id: Option<StrBytes>,
+        waiter: Option<Waiter>,
+    ) -> Result<(), UpstreamError> {
         let correlation_id = self.next_correlation_id.get();
         self.next_correlation_id.set(correlation_id.wrapping_add(1));
-        let frame = encode(request, version, correlation_id)?;
+        let frame = encode(request, version, correlation_id, client_id)?;
         let mut state = self.state.borrow_mut();
         if let Some(e) = &state.0.closed {
             return Err(e.clone());
@@ -122,12 +139,12 @@ impl Connection {
     }
 }
 
-fn encode<R: Request>(request: &R, version: i16, correlation_id: i32) -> Result<Bytes, UpstreamError> {
+fn encode<R: Request>(request: &R, version: i16, correlation_id: i32, client_id: Option<StrBytes>) -> Result<Bytes, UpstreamError> {
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
         .with_request_api_version(version)
         .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str(CLIENT_ID)));
+        .with_client_id(Some(client_id.unwrap_or_else(|| StrBytes::from_static_str(CLIENT_ID))));
     let mut buf = BytesMut::with_capacity(64);
     buf.put_u32(0);
     let failed = |e: anyhow::Error| UpstreamError::Protocol(format!("cannot encode API {} v{version}: {e}", R::KEY));

@@ -141,9 +141,17 @@ impl Upstream {
     pub async fn before_metadata(&self, names_unknown_topic: bool, wait: std::time::Duration) {
         let Some(view) = self.view() else { return };
         if names_unknown_topic {
-            self.refreshed(view.generation, wait).await;
+            self.look_for_new_topics(wait).await;
         } else if view.fetched_at.is_none_or(|at| at.elapsed() > LISTING_AGE) {
             self.mark_stale();
+        }
+    }
+
+    /// A request names a topic the catalog lacks, which may be new upstream (created there by
+    /// another client, a sidecar): the view is refreshed first, waiting at most `wait`.
+    pub async fn look_for_new_topics(&self, wait: std::time::Duration) {
+        if let Some(view) = self.view() {
+            self.refreshed(view.generation, wait).await;
         }
     }
 

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupState, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
 
 import clients
 
@@ -315,6 +315,15 @@ def committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]) -> 
     return {(tp.topic, tp.partition): tp.offset for tp in got}
 
 
+def listed_groups(bootstrap: str) -> set[str]:
+    """The ids ListGroups gives (every broker asked); any broker's error fails the call. The
+    admin client is kept until the answer is in: one dropped earlier answers nothing."""
+    admin = clients.admin_client(bootstrap)
+    listing = admin.list_consumer_groups(request_timeout=30).result()
+    assert not listing.errors, listing.errors
+    return {g.group_id for g in listing.valid}
+
+
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], int]:
     return {(topic, p): clients.watermarks(bootstrap, topic, p)[1] for p in range(partitions)}
 
@@ -323,3 +332,34 @@ def produce(bootstrap: str, topic: str, count: int, prefix: str = "r") -> list[t
     """Produces `count` keyed records spread over the topic's partitions; returns the deliveries."""
     p = clients.producer(bootstrap)
     return clients.produce_all(p, topic, [(f"{prefix}{i}".encode(), f"value {prefix}{i}".encode()) for i in range(count)])
+
+
+def group_consume(bootstrap: str, topic: str, group: str, count: int, protocol: str = "classic") -> list[tuple[int, int, bytes]]:
+    """Consumes `count` records as a member of `group`, committing synchronously as it goes;
+    returns (partition, offset, value) of each."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "group.protocol": protocol,
+        "logger": clients.RDKAFKA_LOG,
+    }
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    c = Consumer(conf)
+    got: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + 90
+    try:
+        c.subscribe([topic])
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"consumed {len(got)} of {count} records"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append((msg.partition(), msg.offset(), msg.value()))
+            c.commit(message=msg, asynchronous=False)
+    finally:
+        c.close()
+    return got

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 import clients
 import kafkawire as kw
 from apache_kafka import corral_upstream_config
-from groups import committed, wait_until
+from groups import committed, group_consume, listed_groups, unique, wait_until
 
 PARTITIONS = 3
 COUNT = 300
@@ -32,41 +30,6 @@ upstream_config = corral_upstream_config
 def front(corral_factory, apache_kafka_classic):
     """corral in front of the classic-only Kafka cluster."""
     return corral_factory(config=upstream_config(apache_kafka_classic.bootstrap))
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def group_consume(bootstrap: str, topic: str, group: str, count: int, protocol: str = "classic") -> list[tuple[int, int, bytes]]:
-    """Consumes `count` records as a member of `group`, committing synchronously as it goes;
-    returns (partition, offset, value) of each."""
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "group.protocol": protocol,
-        "logger": clients.RDKAFKA_LOG,
-    }
-    if protocol == "classic":
-        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
-    c = Consumer(conf)
-    got: list[tuple[int, int, bytes]] = []
-    deadline = time.monotonic() + 90
-    try:
-        c.subscribe([topic])
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"consumed {len(got)} of {count} records"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append((msg.partition(), msg.offset(), msg.value()))
-            c.commit(message=msg, asynchronous=False)
-    finally:
-        c.close()
-    return got
 
 
 def test_produce_and_group_consume_through_corral_records_in_kafka_offsets_in_corral(front, apache_kafka_classic):
@@ -88,8 +51,8 @@ def test_produce_and_group_consume_through_corral_records_in_kafka_offsets_in_co
     # The offsets are corral's: committed there, unknown to Kafka.
     ends = {(topic, p): len(direct.get(p, [])) for p in range(PARTITIONS)}
     assert committed(front.bootstrap, group, list(ends)) == ends
-    kafka_groups = clients.admin_client(apache_kafka_classic.bootstrap).list_consumer_groups(request_timeout=30).result()
-    assert group not in {g.group_id for g in kafka_groups.valid}
+    assert group in listed_groups(front.bootstrap)
+    assert group not in listed_groups(apache_kafka_classic.bootstrap)
 
 
 def test_kip848_consumer_in_front_of_a_kafka_without_kip848(front):

@@ -1,5 +1,11 @@
 //! Produce to the upstream: one Produce per leading broker, over the shard's ordered connection
 //! to it, sent again to the new leader while the request's timeout lasts.
+//!
+//! Batches of idempotent producers are never sent again here: the producer re-sends every batch
+//! after a failed one itself, in sequence order. Were corral to re-send one while the client's
+//! next request for the same partition went ahead, the upstream would see them out of order
+//! (OUT_OF_ORDER_SEQUENCE_NUMBER after an acknowledged batch, which a producer cannot recover
+//! from).
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -170,7 +176,7 @@ async fn collect(
                     };
                     if let Err(e) = &result {
                         note(&pool.upstream, e);
-                        if worth_retrying(e) {
+                        if worth_retrying(e) && !sequenced(&plan.batches[i].batch) {
                             retry.push(i);
                         }
                     }
@@ -181,10 +187,17 @@ async fn collect(
                 pool.upstream.mark_stale();
                 for &i in &positions {
                     results[i] = Some(Err(e.clone().into()));
-                    retry.push(i);
+                    if !sequenced(&plan.batches[i].batch) {
+                        retry.push(i);
+                    }
                 }
             }
         }
     }
     retry
+}
+
+/// Whether the batch carries a producer id, and so sequence numbers the upstream checks.
+fn sequenced(batch: &[u8]) -> bool {
+    crate::record_batch::BatchHeader::parse(batch).is_ok_and(|h| h.has_producer_id())
 }
