@@ -23,7 +23,7 @@ import yaml
 from conftest import REPO
 
 DEPLOY = REPO / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/single-node", "overlays/three-node", "sidecar"]
+KUSTOMIZATIONS = ["base", "overlays/single-node", "overlays/three-node", "overlays/in-front-of-kafka", "sidecar"]
 # Native sidecars (restartPolicy on an init container) are on by default from 1.29.
 K8S_VERSIONS = ["1.29.0", "1.37.0"]
 # Custom resources have no schema in kubernetes-validate; each is checked by hand below.
@@ -243,6 +243,11 @@ def test_the_sidecar_is_a_native_sidecar_on_localhost():
     assert sidecar["startupProbe"]["httpGet"]["path"] == "/health/ready", "the application starts once corral is ready"
     config = tomllib.loads(one(objects, "ConfigMap")["data"]["corral.toml"])
     assert config["kafka"]["listen"] == "127.0.0.1:9092" and not config.get("cluster", {}).get("nodes")
+    assert config["role"] == "sidecar" and config["storage"]["backend"] == "upstream"
+    # Its groups go to the corral cluster that is in front of the same Kafka.
+    in_front = tomllib.loads((DEPLOY / "overlays/in-front-of-kafka/corral.toml").read_text())
+    assert in_front["upstream"]["bootstrap"] == config["upstream"]["bootstrap"]
+    assert config["sidecar"]["group_bootstrap"] == [n["kafka"] for n in in_front["cluster"]["nodes"]]
     (app,) = spec["containers"]
     assert {e["name"]: e["value"] for e in app["env"]}["KAFKA_BOOTSTRAP_SERVERS"] == "localhost:9092"
 

@@ -10,6 +10,7 @@ coordinator of every group.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -25,12 +26,13 @@ from groupwire import find_coordinator_v1, heartbeat, parse_find_coordinator_v1,
 PARTITIONS = 3
 
 
-def sidecar_config(storage: str, groups: str, **sidecar) -> str:
+def sidecar_config(storage: str, groups: str, upstream: dict | None = None, **sidecar) -> str:
     """TOML for a sidecar whose data is in the Kafka at `storage` and whose groups are run by the
-    service at `groups` (comma-separated host:port)."""
+    service at `groups` (comma-separated host:port); `upstream` and `sidecar` add keys to those
+    sections. Other sections can follow."""
     addresses = ", ".join(f'"{a}"' for a in groups.split(","))
     lines = ["[sidecar]", f"group_bootstrap = [{addresses}]"] + [f"{k} = {v}" for k, v in sidecar.items()]
-    return 'role = "sidecar"\n' + corral_upstream_config(storage) + "\n".join(lines) + "\n"
+    return 'role = "sidecar"\n' + corral_upstream_config(storage, **(upstream or {})) + "\n".join(lines) + "\n"
 
 
 @pytest.fixture
@@ -204,6 +206,38 @@ def test_a_group_consumes_across_a_killed_coordinator_and_a_killed_kafka_broker(
     finally:
         stop.set()
         c.close()
+
+
+def test_no_connection_or_descriptor_leaks(corral_factory, apache_kafka_classic, corral_groups):
+    """Group members and producers coming and going through a sidecar, and its group service
+    killed and started again, leave the sidecar with no more descriptors than its bounded pools
+    explain: a client connection's connections to the coordinators close with it."""
+    shards, pool_size, brokers = 1, 1, 3
+    config = sidecar_config(apache_kafka_classic.bootstrap, corral_groups.bootstrap, upstream={"pool_size": pool_size})
+    sc = corral_factory(config=config + f"[runtime]\nshards = {shards}\n", name="sidecar")
+    descriptors = lambda: len(os.listdir(f"/proc/{sc.pid}/fd"))  # noqa: E731
+    at_start = descriptors()
+    topic, group = unique("sc-leaks"), unique("sc-leaks-group")
+    clients.create_topic(sc.bootstrap, topic, partitions=PARTITIONS)
+    produced = 0
+
+    def churn(n: int) -> None:
+        nonlocal produced
+        for i in range(3):
+            clients.produce_all(clients.producer(sc.bootstrap), topic, [(f"{n}-{i}-{j}".encode(), b"x") for j in range(30)])
+            produced += 30
+            assert len(group_consume(sc.bootstrap, topic, f"{group}-{n}-{i}", produced)) == produced
+
+    # Per shard: the upstream's ordered and idle connections per broker, one connection to the
+    # group service's broker; two more for metadata reads in progress.
+    bound = shards * brokers * (1 + pool_size) + shards + 2
+    churn(1)
+    first = wait_until(lambda: (n := descriptors()) <= at_start + bound and n, lambda: f"{descriptors()} descriptors, bound {at_start} + {bound}", 30)
+    corral_groups.kill9()
+    corral_groups.start()
+    churn(2)
+    second = wait_until(lambda: (n := descriptors()) <= max(first, at_start + bound) and n, lambda: f"{descriptors()} descriptors after the second round, {first} after the first", 30)
+    print(f"descriptors: {at_start} at start, {first} after the first round, {second} after the second (bound {at_start + bound})")
 
 
 def test_group_service_unreachable_at_start(corral_factory, apache_kafka_classic):
