@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
 """What corral in front of Kafka costs a client, in one run: client -> Kafka against
-client -> corral -> Kafka, the same load generator for both.
+client -> corral -> Kafka (the upstream role) and client -> sidecar -> Kafka (the sidecar role),
+the same load generator for all three.
 
     .venv/bin/python benches/proxy_overhead.py --corral target/release/corral \
         --bench target/release/corral-bench [--rounds 3] [--duration 5]
 
 Starts one Apache Kafka 4.4 broker (the jars scripts/test.sh resolves into .cache/, through
-tests/e2e/apache_kafka.py) and one corral with `storage.backend = "upstream"` in front of it.
-Each round measures, direct and through corral (the order swapped every round, since the
-machine's speed drifts):
+tests/e2e/apache_kafka.py), one corral with `storage.backend = "upstream"` in front of it, and
+one corral with `role = "sidecar"` whose data is in the same Kafka and whose group service is
+the first corral. Each round measures each of the three (the order rotated every round, since
+the machine's speed drifts):
 - produce throughput: corral-bench produce, 1 KiB records in 1000-record batches, acks=1,
   4 connections x 4 in flight, 4 partitions;
 - fetch throughput: corral-bench fetch of one filled partition in 1 MiB fetches;
 - produce latency: one 1 KiB record at a time with acks=1 (confluent-kafka, each send waited
   for), p50 and p99 of 2000;
-and corral's CPU seconds per GB moved. Prints the medians, the through/direct ratios per round
-and the added latency (through minus direct).
+and each corral's CPU seconds per GB moved. Prints the medians, the through/direct ratios per
+round and the added latency (through minus direct).
 """
 
 import argparse
@@ -97,60 +99,73 @@ def main() -> None:
     kafka = ApacheKafkaCluster(work / "kafka", size=1)
     kafka.start_all()
     direct = kafka.bootstrap
-    kport, aport = free_port(), free_port()
-    (work / "corral.toml").write_text("[admin]\nmetrics = false\n" + corral_upstream_config(direct))
-    log = open(work / "corral.log", "wb")
-    corral = subprocess.Popen([args.corral, "serve", "--data-dir", str(work / "corral-data"), "--listen", f"127.0.0.1:{kport}",
-                               "--admin-listen", f"127.0.0.1:{aport}", "--config", str(work / "corral.toml")],
-                              stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, CORRAL_LOG="warn"))
-    through = f"127.0.0.1:{kport}"
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", aport), timeout=1) as s:
-                    s.sendall(b"GET /health/ready HTTP/1.0\r\n\r\n")
-                    if b" 200 " in s.recv(100):
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "corral not ready"
-            time.sleep(0.1)
+        servers["corral"] = start_corral(args, work / "corral", "[admin]\nmetrics = false\n" + corral_upstream_config(direct))
+        sidecar = 'role = "sidecar"\n' + corral_upstream_config(direct) + f'[sidecar]\ngroup_bootstrap = ["{servers["corral"][1]}"]\n'
+        servers["sidecar"] = start_corral(args, work / "sidecar", sidecar + "[admin]\nmetrics = false\n")
         # The fetch partition, filled once directly (256 MiB).
         bench(args, "produce", "--bootstrap", direct, "--topic", "proxy-fetch", "--create", "1", "--bytes", str(256 << 20))
-        rows = {k: {"direct": [], "corral": []} for k in ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms")}
-        cpu_per_gb = []
+        names = ["direct", *servers]
+        rows = {k: {n: [] for n in names} for k in ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms")}
+        cpu_per_gb: dict[str, list[float]] = {n: [] for n in servers}
         for rnd in range(args.rounds):
-            sides = [("direct", direct), ("corral", through)]
-            if rnd % 2:
-                sides.reverse()
-            for name, bootstrap in sides:
-                before = cpu_seconds(corral.pid)
+            order = names[rnd % len(names) :] + names[: rnd % len(names)]
+            for name in order:
+                bootstrap = direct if name == "direct" else servers[name][1]
+                proc = servers.get(name, (None,))[0]
+                before = cpu_seconds(proc.pid) if proc else 0.0
                 p = produce_mbps(args, bootstrap, f"proxy-produce-{name}-{rnd}")
                 f = fetch_mbps(args, bootstrap, "proxy-fetch")
-                if name == "corral":
+                if proc:
                     moved_gb = (p + f) * args.duration * 1e6 / 1e9
-                    cpu_per_gb.append((cpu_seconds(corral.pid) - before) / moved_gb)
-                p50, p99 = latencies_ms(bootstrap, f"proxy-latency-{rnd}")
+                    cpu_per_gb[name].append((cpu_seconds(proc.pid) - before) / moved_gb)
+                p50, p99 = latencies_ms(bootstrap, f"proxy-latency-{name}-{rnd}")
                 for key, value in (("produce MB/s", p), ("fetch MB/s", f), ("latency p50 ms", p50), ("latency p99 ms", p99)):
                     rows[key][name].append(value)
-                print(f"round {rnd + 1} {name:6}: produce {p:7.1f} MB/s  fetch {f:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms", flush=True)
+                print(f"round {rnd + 1} {name:7}: produce {p:7.1f} MB/s  fetch {f:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms", flush=True)
         print()
-        print(f"{'':16} {'direct':>10} {'corral':>10} {'corral/direct (per round)':>34}")
-        for key, v in rows.items():
-            ratios = [c / d for c, d in zip(v["corral"], v["direct"])]
-            per = ", ".join(f"{r:.3f}" for r in ratios)
-            print(f"{key:16} {statistics.median(v['direct']):10.3f} {statistics.median(v['corral']):10.3f} {statistics.median(ratios):10.3f}  ({per})")
-        added = [c - d for c, d in zip(rows["latency p50 ms"]["corral"], rows["latency p50 ms"]["direct"])]
-        added99 = [c - d for c, d in zip(rows["latency p99 ms"]["corral"], rows["latency p99 ms"]["direct"])]
-        print(f"added latency: p50 {statistics.median(added):.3f} ms, p99 {statistics.median(added99):.3f} ms (median over rounds)")
-        # CPU over produce and fetch with their warm-ups, per GB of the timed part: an upper bound.
-        print(f"corral CPU per GB moved (produce + fetch): {statistics.median(cpu_per_gb):.2f} s")
+        for through in servers:
+            print(f"{'':16} {'direct':>10} {through:>10} {through + '/direct (per round)':>34}")
+            for key, v in rows.items():
+                ratios = [c / d for c, d in zip(v[through], v["direct"])]
+                per = ", ".join(f"{r:.3f}" for r in ratios)
+                print(f"{key:16} {statistics.median(v['direct']):10.3f} {statistics.median(v[through]):10.3f} {statistics.median(ratios):10.3f}  ({per})")
+            added = [c - d for c, d in zip(rows["latency p50 ms"][through], rows["latency p50 ms"]["direct"])]
+            added99 = [c - d for c, d in zip(rows["latency p99 ms"][through], rows["latency p99 ms"]["direct"])]
+            print(f"added latency: p50 {statistics.median(added):.3f} ms, p99 {statistics.median(added99):.3f} ms (median over rounds)")
+            # CPU over produce and fetch with their warm-ups, per GB of the timed part: an upper bound.
+            print(f"{through} CPU per GB moved (produce + fetch): {statistics.median(cpu_per_gb[through]):.2f} s")
+            print()
     finally:
-        corral.terminate()
-        corral.wait(30)
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(30)
         kafka.stop()
 
+
+def start_corral(args, workdir: Path, config: str) -> tuple[subprocess.Popen, str]:
+    """Starts a corral with `config` and waits until it is ready; returns it and its bootstrap."""
+    workdir.mkdir(parents=True)
+    kport, aport = free_port(), free_port()
+    (workdir / "corral.toml").write_text(config)
+    log = open(workdir / "corral.log", "wb")
+    proc = subprocess.Popen([args.corral, "serve", "--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{kport}",
+                             "--admin-listen", f"127.0.0.1:{aport}", "--config", str(workdir / "corral.toml")],
+                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, CORRAL_LOG="warn"))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", aport), timeout=1) as s:
+                s.sendall(b"GET /health/ready HTTP/1.0\r\n\r\n")
+                if b" 200 " in s.recv(100):
+                    return proc, f"127.0.0.1:{kport}"
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise SystemExit(f"corral in {workdir} not ready; its log: {workdir / 'corral.log'}")
+        time.sleep(0.1)
 
 if __name__ == "__main__":
     main()

@@ -76,6 +76,15 @@ def corral_upstream_config(bootstrap: str, **upstream) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sidecar_config(storage: str, groups: str, upstream: dict | None = None, **sidecar) -> str:
+    """TOML for a sidecar whose data is in the Kafka at `storage` and whose groups are run by the
+    service at `groups` (comma-separated host:port); `upstream` and `sidecar` add keys to those
+    sections. Other sections can follow."""
+    addresses = ", ".join(f'"{a}"' for a in groups.split(","))
+    lines = ["[sidecar]", f"group_bootstrap = [{addresses}]"] + [f"{k} = {v}" for k, v in sidecar.items()]
+    return 'role = "sidecar"\n' + corral_upstream_config(storage, **(upstream or {})) + "\n".join(lines) + "\n"
+
+
 LOG4J2 = """\
 status = warn
 appender.out.type = Console

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
 
 import clients
-from apache_kafka import corral_upstream_config
+from apache_kafka import corral_upstream_config, sidecar_config
 from groups import (
     GROUP_CONFIG,
     all_records,
@@ -54,13 +54,17 @@ def next_offsets(records) -> dict[tuple[str, int], int]:
     return out
 
 
-@pytest.fixture(params=["local", "upstream"])
+@pytest.fixture(params=["local", "upstream", "sidecar"])
 def group_server(request, corral_factory, apache_kafka_classic):
-    """corral on local storage, or in front of the classic-only Kafka cluster (the records in
-    Kafka, the group in corral)."""
-    if request.param == "upstream":
-        return corral_factory(config=GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
-    return corral_factory(config=GROUP_CONFIG)
+    """corral on local storage, in front of the classic-only Kafka cluster (the records in
+    Kafka, the group in corral), or a sidecar in front of that Kafka whose groups such a corral
+    runs (the clients see only the sidecar)."""
+    if request.param == "local":
+        return corral_factory(config=GROUP_CONFIG)
+    front = corral_factory(config=GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
+    if request.param == "sidecar":
+        return corral_factory(config=sidecar_config(apache_kafka_classic.bootstrap, front.bootstrap), name="sidecar")
+    return front
 
 
 def test_kafka_python_group(group_server, members):

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import clients
-from apache_kafka import CORRAL_GROUP_CONFIG, corral_upstream_config
+from apache_kafka import CORRAL_GROUP_CONFIG, corral_upstream_config, sidecar_config
 from groups import unique, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -85,15 +85,18 @@ def group_detail(server, group: str) -> dict | None:
 # --- a. and b.: produce, consume in a group, commit; corral and Kafka -----------------------------
 
 
-@pytest.fixture(params=["corral", "kafka", "corral-upstream"])
+@pytest.fixture(params=["corral", "kafka", "corral-upstream", "sidecar"])
 def target(request, corral_factory, apache_kafka, apache_kafka_classic):
-    """The bootstrap of corral, of the Kafka reference cluster (which conftest keeps whole), or of
+    """The bootstrap of corral, of the Kafka reference cluster (which conftest keeps whole), of
     corral in front of the classic-only Kafka cluster (whose groups, KIP-848 ones too, corral
-    runs)."""
+    runs), or of a sidecar in front of that Kafka whose groups that corral runs."""
     if request.param == "corral":
         return corral_factory(config=CORRAL_GROUP_CONFIG).bootstrap
-    if request.param == "corral-upstream":
-        return corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap)).bootstrap
+    if request.param in ("corral-upstream", "sidecar"):
+        front = corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
+        if request.param == "sidecar":
+            return corral_factory(config=sidecar_config(apache_kafka_classic.bootstrap, front.bootstrap), name="sidecar").bootstrap
+        return front.bootstrap
     return apache_kafka.bootstrap
 
 

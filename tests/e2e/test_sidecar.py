@@ -19,20 +19,11 @@ from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaExcep
 
 import clients
 import kafkawire as kw
-from apache_kafka import corral_upstream_config, free_ports
+from apache_kafka import corral_upstream_config, free_ports, sidecar_config
 from groups import committed, group_consume, listed_groups, unique, wait_until
 from groupwire import find_coordinator_v1, heartbeat, parse_find_coordinator_v1, parse_heartbeat
 
 PARTITIONS = 3
-
-
-def sidecar_config(storage: str, groups: str, upstream: dict | None = None, **sidecar) -> str:
-    """TOML for a sidecar whose data is in the Kafka at `storage` and whose groups are run by the
-    service at `groups` (comma-separated host:port); `upstream` and `sidecar` add keys to those
-    sections. Other sections can follow."""
-    addresses = ", ".join(f'"{a}"' for a in groups.split(","))
-    lines = ["[sidecar]", f"group_bootstrap = [{addresses}]"] + [f"{k} = {v}" for k, v in sidecar.items()]
-    return 'role = "sidecar"\n' + corral_upstream_config(storage, **(upstream or {})) + "\n".join(lines) + "\n"
 
 
 @pytest.fixture
