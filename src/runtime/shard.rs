@@ -155,6 +155,10 @@ impl Shard {
     /// each group has every node as a voter, and a partition serves whenever this node leads it.
     async fn start_coordinators(&self) -> Result<(), String> {
         let node = &self.node;
+        // A sidecar's groups are its group service's: it runs no coordinator of its own.
+        if node.sidecar.is_some() {
+            return Ok(());
+        }
         let Some(topic) = node.catalog.get(crate::cluster::OFFSETS_TOPIC) else {
             return Ok(());
         };
