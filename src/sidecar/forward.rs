@@ -180,7 +180,12 @@ impl Forwarder {
                     }
                     Err(_) => COORDINATOR_NOT_AVAILABLE,
                 },
-                Err(code) => code,
+                Err(code) if follows(code) => code,
+                // The lookup itself was refused (an invalid group id): nothing to follow.
+                Err(code) => {
+                    crate::metrics::sidecar_group_request(ctx.api_key, attempts, false);
+                    return part.failed(version, code);
+                }
             };
             self.coordinators.borrow_mut().remove(group);
             let backoff = self.service.retry_backoff;
