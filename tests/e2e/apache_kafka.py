@@ -176,7 +176,7 @@ class KafkaBroker:
 
 def _cluster_id() -> str:
     """A random KRaft cluster id (16 bytes, URL-safe base64). One that starts with "-" would be
-    taken for an option by kafka-storage's argument parser (one in 32), so none does."""
+    taken for an option by kafka-storage's argument parser (one id in 64), so none does."""
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cluster_id.startswith("-"):

@@ -16,8 +16,8 @@ and 30 min, corral's defaults too) and a 100 ms initial rebalance delay on both
 (apache_kafka.CORRAL_GROUP_CONFIG). The request versions are ones both serve
 (test_both_serve_the_versions_used checks it against their ApiVersions).
 
-Each case is its own test, so a difference names itself. A case where corral differs from Kafka
-is marked xfail(strict=True) with the difference, until corral is fixed.
+Each case is its own test, so a difference names itself; a difference found is fixed in corral,
+not marked expected.
 """
 
 from __future__ import annotations
@@ -67,11 +67,6 @@ VERSIONS_USED = {
     (gw.DELETE_GROUPS, 0),
     (gw.OFFSET_DELETE, 0),
 }
-
-
-def differs(reason: str):
-    """Marks a case where corral's answer is not Kafka's (to be fixed in corral, then removed)."""
-    return pytest.mark.xfail(strict=True, reason=f"corral differs from Kafka: {reason}")
 
 
 # --- the two servers ------------------------------------------------------------------------------
