@@ -156,7 +156,7 @@ pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
     }
     if let Some(sidecar) = services.sidecar().filter(|_| crate::sidecar::FORWARDED_APIS.contains(&ctx.api_key)) {
-        return sidecar.serve(ctx, frame).await;
+        return sidecar.serve(ctx, frame).await.map(Handled::Later);
     }
     (entry.handle)(services.clone(), ctx, frame).await
 }

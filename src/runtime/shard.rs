@@ -323,7 +323,7 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         tokio::task::spawn_local(crate::upstream::refresh::run(node.clone(), upstream.clone()));
     }
     if let (0, Some(service)) = (id, &node.sidecar) {
-        tokio::task::spawn_local(crate::sidecar::run(node.clone(), service.clone()));
+        tokio::task::spawn_local(crate::sidecar::run(node.shutdown.clone(), service.clone()));
     }
     if node.config.storage.flush_ms > 0 {
         tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));

@@ -31,8 +31,7 @@ use tokio::time::Instant;
 
 use super::calls::GroupCall;
 use super::GroupService;
-use crate::api::{Handled, HandlerResult};
-use crate::protocol::{RequestContext, RequestError};
+use crate::protocol::{Reply, RequestContext, RequestError};
 use crate::upstream::connection::Connection;
 use crate::upstream::UpstreamError;
 
@@ -52,6 +51,14 @@ fn follows(code: i16) -> bool {
 }
 
 type Response<T> = LocalBoxFuture<'static, Result<T, UpstreamError>>;
+
+/// A forwarded request once its first try is written: its response to the client, to come.
+pub(crate) type Forwarded = Result<LocalBoxFuture<'static, Reply>, RequestError>;
+
+/// A reply that is ready now.
+fn now(reply: Reply) -> Forwarded {
+    Ok(Box::pin(std::future::ready(reply)))
+}
 
 /// One try: the response to come, or the error code of a request that could not be sent.
 type Sent<T> = Result<Response<T>, i16>;
@@ -76,7 +83,7 @@ impl Forwarder {
     }
 
     /// Serves one of [`super::FORWARDED_APIS`].
-    pub(crate) fn serve(self: &Rc<Self>, ctx: RequestContext, body: Bytes) -> LocalBoxFuture<'static, HandlerResult> {
+    pub(crate) fn serve(self: &Rc<Self>, ctx: RequestContext, body: Bytes) -> LocalBoxFuture<'static, Forwarded> {
         let this = self.clone();
         match ctx.api_key {
             ApiKey::JoinGroup => Box::pin(this.forward::<JoinGroupRequest>(ctx, body)),
@@ -100,7 +107,7 @@ impl Forwarder {
         self.links.borrow_mut().retain(|(owner, _), _| *owner != Some(peer));
     }
 
-    async fn forward<R: GroupCall>(self: Rc<Self>, ctx: RequestContext, body: Bytes) -> HandlerResult
+    async fn forward<R: GroupCall>(self: Rc<Self>, ctx: RequestContext, body: Bytes) -> Forwarded
     where
         R::Response: Encodable + Default + 'static,
     {
@@ -110,10 +117,10 @@ impl Forwarder {
         let served = self.service.view().map(|v| v.serves(ctx.api_key, version));
         if served != Some(true) {
             let code = if served.is_none() { COORDINATOR_NOT_AVAILABLE } else { ResponseError::UnsupportedVersion.code() };
-            return Ok(Handled::Now(ctx.respond(&request.failed(version, code))));
+            return now(ctx.respond(&request.failed(version, code)));
         }
         let parts: Vec<(R, String)> = match groups.len() {
-            0 => return Ok(Handled::Now(ctx.respond(&R::merge(Vec::new())))),
+            0 => return now(ctx.respond(&R::merge(Vec::new()))),
             1 => vec![(request, groups.into_iter().next().unwrap_or_default())],
             _ => groups.into_iter().enumerate().map(|(i, group)| (request.only(version, i), group)).collect(),
         };
@@ -123,13 +130,13 @@ impl Forwarder {
         for (part, group) in &parts {
             first.push(self.attempt(&ctx, part, group, deadline).await);
         }
-        Ok(Handled::Later(Box::pin(async move {
+        Ok(Box::pin(async move {
             let mut answers = Vec::with_capacity(parts.len());
             for ((part, group), sent) in parts.into_iter().zip(first) {
                 answers.push(self.finish(&ctx, part, &group, sent, deadline).await);
             }
             ctx.respond(&R::merge(answers))
-        })))
+        }))
     }
 
     /// Finds the group's coordinator and writes the request to it.
@@ -269,17 +276,17 @@ impl Forwarder {
 
     /// ListGroups asks every broker of the group service (each lists the groups it
     /// coordinates) and answers the union; if one cannot answer, the client gets its error.
-    async fn list_groups(self: Rc<Self>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    async fn list_groups(self: Rc<Self>, ctx: RequestContext, body: Bytes) -> Forwarded {
         let request: ListGroupsRequest = ctx.decode(body)?;
         let view = self.service.view();
         let Some(view) = view.filter(|v| v.serves(ApiKey::ListGroups, ctx.api_version)) else {
             let response = ListGroupsResponse::default().with_error_code(COORDINATOR_NOT_AVAILABLE);
-            return Ok(Handled::Now(ctx.respond(&response)));
+            return now(ctx.respond(&response));
         };
         let pending: Vec<_> =
             view.brokers.values().map(|address| self.shared(address).send_as(ctx.api_version, &request, ctx.client_id.clone())).collect();
         let deadline = Instant::now() + self.service.request_timeout();
-        Ok(Handled::Later(Box::pin(async move {
+        Ok(Box::pin(async move {
             let mut merged = ListGroupsResponse::default();
             let mut seen = HashSet::new();
             let mut error = 0;
@@ -304,6 +311,6 @@ impl Forwarder {
                 merged = ListGroupsResponse::default().with_error_code(error);
             }
             ctx.respond(&merged)
-        })))
+        }))
     }
 }

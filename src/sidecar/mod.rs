@@ -22,9 +22,9 @@ use std::time::Duration;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::SidecarConfig;
-use crate::node::Node;
 use crate::upstream::connection::Connection;
 use crate::upstream::UpstreamError;
 
@@ -124,7 +124,7 @@ impl GroupService {
 
 /// Keeps the view fresh until the node shuts down: every `upstream.metadata_max_age_ms`, and
 /// sooner (at most once per `upstream.retry_backoff_ms`) when a shard marks it stale.
-pub async fn run(node: Arc<Node>, service: Arc<GroupService>) {
+pub async fn run(shutdown: CancellationToken, service: Arc<GroupService>) {
     let mut failures = 0u32;
     loop {
         match fetch_view(&service).await {
@@ -145,12 +145,12 @@ pub async fn run(node: Arc<Node>, service: Arc<GroupService>) {
         }
         let wait = if failures > 0 { service.retry_backoff.saturating_mul(failures.min(10)) } else { service.metadata_max_age };
         tokio::select! {
-            _ = node.shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return,
             _ = service.stale.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
         tokio::select! {
-            _ = node.shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(service.retry_backoff) => {}
         }
     }
