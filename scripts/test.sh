@@ -9,7 +9,8 @@
 # builds kustomize from its Go module, creates .venv with
 # the pinned Python packages of tests/e2e/requirements.txt, installs KafkaJS from
 # tests/e2e/js/package-lock.json, resolves Apache Kafka 4.4 from Maven Central (tests/kafka/pom.xml,
-# into .cache/) and builds the Java client program of tests/e2e/java, then checks `cargo fmt
+# into .cache/) and builds the Java client program of tests/e2e/java, builds the Sarama client of
+# tests/e2e/sarama against Debian's golang-github-shopify-sarama-dev, then checks `cargo fmt
 # --check` and `cargo clippy --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo
 # test` and the end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the
 # run: nothing is skipped.
@@ -111,6 +112,25 @@ maven_package tests/e2e/java/pom.xml $(find tests/e2e/java/src -type f | sort)
 [ -f tests/e2e/java/target/corral-e2e-java.jar ] || die "tests/e2e/java did not build target/corral-e2e-java.jar"
 printf 'kafka 4.4.0: %s jars in .cache/kafka-4.4.0/libs | java client: tests/e2e/java/target | %s\n' \
     "$(find "$ROOT/.cache/kafka-4.4.0/libs" -name '*.jar' | wc -l)" "$(mvn -v 2>/dev/null | head -n1 | sed 's/\x1b\[[0-9;]*m//g')" >&2
+
+# --- Sarama ---------------------------------------------------------------------------------------
+
+# tests/e2e/test_old_group_versions.py: Debian's Sarama 1.22, a client from before Kafka 4 that
+# commits with OffsetCommit v1 and fetches with OffsetFetch v1 (KIP-896 removed both). Its Go
+# sources are in GOPATH layout under /usr/share/gocode; tests/e2e/sarama is built against them
+# (GOPATH mode, no module download) into tests/e2e/sarama/target, again only when main.go changes.
+phase "sarama 1.22 (debian) and its test client (go build)"
+need_file /usr/share/gocode/src/github.com/Shopify/sarama/consumer_group.go golang-github-shopify-sarama-dev
+SARAMA_TARGET="$ROOT/tests/e2e/sarama/target"
+SARAMA_WANT="$(inputs_sha tests/e2e/sarama/main.go /var/lib/dpkg/info/golang-github-shopify-sarama-dev.list)"
+if [ ! -x "$SARAMA_TARGET/sarama-client" ] || [ "$(cat "$SARAMA_TARGET/.complete" 2>/dev/null)" != "$SARAMA_WANT" ]; then
+    printf 'building tests/e2e/sarama (go build, GOPATH mode)\n' >&2
+    rm -rf "$SARAMA_TARGET"
+    (cd tests/e2e/sarama && GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS=-buildvcs=false CGO_CFLAGS=-Wno-deprecated-declarations \
+        go build -o "$SARAMA_TARGET/sarama-client" .) || die "cannot build tests/e2e/sarama against Debian's Sarama"
+    printf '%s\n' "$SARAMA_WANT" >"$SARAMA_TARGET/.complete"
+fi
+printf 'sarama: %s | test client: tests/e2e/sarama/target/sarama-client\n' "$(dpkg-query -W -f '${Version}' golang-github-shopify-sarama-dev)" >&2
 
 # --- build and tests ----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     }
     if let Some(view) = services.node().sidecar.as_ref().and_then(|s| s.view()) {
         keys = clamp(keys, &crate::sidecar::FORWARDED_APIS, &view.versions);
+        keys = forwardable(keys);
     }
     let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys);
     Ok(Handled::Now(ctx.respond(&response)))
@@ -70,6 +71,20 @@ fn clamp(keys: Vec<ApiVersion>, passed_on: &[ApiKey], versions: &std::collection
             }
             let (_, their_max) = *versions.get(&k.api_key)?;
             k.max_version = k.max_version.min(their_max);
+            (k.min_version <= k.max_version).then_some(k)
+        })
+        .collect()
+}
+
+/// A sidecar passes group requests on as the codec decodes and encodes them: the versions the
+/// handlers decode themselves (KIP-896's removed ones) are not offered for those.
+fn forwardable(keys: Vec<ApiVersion>) -> Vec<ApiVersion> {
+    keys.into_iter()
+        .filter_map(|mut k| {
+            let forwarded = crate::sidecar::FORWARDED_APIS.iter().find(|a| **a as i16 == k.api_key);
+            if let Some(entry) = forwarded.and_then(|&key| super::entry(key)) {
+                k.min_version = k.min_version.max(entry.codec_min);
+            }
             (k.min_version <= k.max_version).then_some(k)
         })
         .collect()

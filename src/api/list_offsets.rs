@@ -11,26 +11,19 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName};
-use kafka_protocol::protocol::buf::{ByteBuf, ByteBufMut};
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::Encodable;
 use kafka_protocol::ResponseError;
 
-use super::{ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::protocol::old_versions::{array_len, string};
 use crate::protocol::{RequestContext, RequestError};
 use crate::store::{OffsetQuery, OffsetSpec, PartitionRef};
 
-/// Served from v0 (below the codec's v1), so built by hand rather than with `api_entry!`.
-pub(crate) const ENTRY: ApiEntry = ApiEntry {
-    key: ApiKey::ListOffsets,
-    min: 0,
-    max: 10,
-    advertised_min: 0,
-    handle: |services, ctx, body| Box::pin(handle(services, ctx, body)),
-    decode: |ctx, body| decode(ctx, body).map(drop),
-};
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListOffsets, 0, 10, codec_min = CODEC_MIN, decode = decode);
 
 /// The version below which the codec has no schema for ListOffsets.
-pub(crate) const CODEC_MIN: i16 = 1;
+const CODEC_MIN: i16 = 1;
 
 /// Special timestamps (Kafka's `ListOffsetsRequest` constants).
 const LATEST: i64 = -1;
@@ -157,10 +150,7 @@ fn decode_v0(mut body: Bytes) -> anyhow::Result<(ListOffsetsRequest, Vec<i32>)> 
     let mut max_num_offsets = Vec::new();
     let mut topics = Vec::new();
     for _ in 0..array_len(buf)? {
-        let name = match buf.try_get_i16()? {
-            n if n < 0 => anyhow::bail!("topic name length is negative ({n})"),
-            n => StrBytes::try_from(buf.try_get_bytes(n as usize)?)?,
-        };
+        let name = string(buf)?;
         let mut partitions = Vec::new();
         for _ in 0..array_len(buf)? {
             let partition_index = buf.try_get_i32()?;
@@ -171,13 +161,6 @@ fn decode_v0(mut body: Bytes) -> anyhow::Result<(ListOffsetsRequest, Vec<i32>)> 
         topics.push(ListOffsetsTopic::default().with_name(TopicName(name)).with_partitions(partitions));
     }
     Ok((ListOffsetsRequest::default().with_replica_id(BrokerId(replica_id)).with_topics(topics), max_num_offsets))
-}
-
-fn array_len(buf: &mut Bytes) -> anyhow::Result<i32> {
-    match buf.try_get_i32()? {
-        n if n < 0 => anyhow::bail!("array length is negative ({n})"),
-        n => Ok(n),
-    }
 }
 
 /// ListOffsets v0's response: topics `[name, partitions [partition_index, error_code,

@@ -94,6 +94,9 @@ pub(crate) struct ApiEntry {
     /// Lowest version advertised in ApiVersions. Lower than `min` only where clients key
     /// features on an old version being listed (spec §10.2: Produce, JoinGroup).
     pub(crate) advertised_min: i16,
+    /// Lowest version the codec decodes. Versions from `min` up to it are decoded by the
+    /// handler itself (those Kafka 4 removed that clients still send, KIP-896).
+    pub(crate) codec_min: i16,
     pub(crate) handle: HandlerFn,
     /// Decodes the request body and drops it (what the handler's first step does).
     pub(crate) decode: DecodeFn,
@@ -156,6 +159,10 @@ pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
     }
     if let Some(sidecar) = services.sidecar().filter(|_| crate::sidecar::FORWARDED_APIS.contains(&ctx.api_key)) {
+        // Forwarded requests are decoded and encoded by the codec, which lacks the old versions.
+        if ctx.api_version < entry.codec_min {
+            return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
+        }
         return sidecar.serve(ctx, frame).await.map(Handled::Later);
     }
     (entry.handle)(services.clone(), ctx, frame).await
@@ -172,8 +179,21 @@ macro_rules! api_entry {
             min: $min,
             max: $max,
             advertised_min: $adv,
+            codec_min: $min,
             handle: |services, ctx, body| Box::pin(handle(services, ctx, body)),
             decode: |ctx, body| ctx.decode::<$request>(body).map(drop),
+        }
+    };
+    // Versions from `$min` up to `$codec_min` are the module's own: its `decode` decodes every version.
+    ($key:expr, $min:expr, $max:expr, codec_min = $codec_min:expr, decode = $decode:path) => {
+        crate::api::ApiEntry {
+            key: $key,
+            min: $min,
+            max: $max,
+            advertised_min: $min,
+            codec_min: $codec_min,
+            handle: |services, ctx, body| Box::pin(handle(services, ctx, body)),
+            decode: |ctx, body| $decode(ctx, body).map(drop),
         }
     };
 }
@@ -191,13 +211,18 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for e in TABLE {
             assert!(seen.insert(e.key as i16), "{:?} listed twice", e.key);
-            let mut codec = e.key.valid_versions();
-            if e.key == ApiKey::ListOffsets {
-                // v0 is decoded and encoded by list_offsets.rs itself.
-                assert_eq!(codec.min, list_offsets::CODEC_MIN, "the codec gained ListOffsets v0: drop the hand-written one");
-                codec.min = 0;
+            let codec = e.key.valid_versions();
+            if e.codec_min > e.min {
+                // The versions under `codec_min` are the handler's own, while the codec lacks them.
+                assert_eq!(codec.min, e.codec_min, "{:?}: the codec serves from v{}: drop the hand-written versions", e.key, codec.min);
             }
-            assert!(e.min >= codec.min && e.max <= codec.max, "{:?} {}..={} outside the codec's {codec:?}", e.key, e.min, e.max);
+            assert!(
+                e.codec_min >= codec.min && e.max <= codec.max,
+                "{:?} {}..={} outside the codec's {codec:?}",
+                e.key,
+                e.codec_min,
+                e.max
+            );
             assert!(e.advertised_min <= e.min);
         }
     }

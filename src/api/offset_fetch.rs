@@ -1,5 +1,9 @@
-//! OffsetFetch (key 9), v1–v9: one group (v1–v7) or several (v8+, KIP-709). Unknown groups and
+//! OffsetFetch (key 9), v0–v9: one group (v0–v7) or several (v8+, KIP-709). Unknown groups and
 //! partitions answer offset -1 without an error, as Kafka does.
+//!
+//! v0, which Kafka 4 removed (KIP-896) and the codec has no schema for, read offsets from
+//! ZooKeeper where v1 read Kafka's own; corral has one store, so v0 reads the same offsets. Its
+//! request and response are laid out as v1's, which is decoded and encoded in their place.
 
 use std::rc::Rc;
 
@@ -9,20 +13,33 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE};
 use crate::coordinator::offsets::FetchedOffset;
-use crate::protocol::RequestContext;
+use crate::protocol::{RequestContext, RequestError};
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetFetch, OffsetFetchRequest, 1, 9);
+/// The version from which the codec has a schema for OffsetFetch.
+const CODEC_MIN: i16 = 1;
+
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetFetch, 0, 9, codec_min = CODEC_MIN, decode = decode);
+
+/// v0 is laid out as v1.
+fn decode(ctx: &RequestContext, mut body: Bytes) -> Result<OffsetFetchRequest, RequestError> {
+    let version = ctx.api_version.max(CODEC_MIN);
+    OffsetFetchRequest::decode(&mut body, version).map_err(|source| RequestError::Decode {
+        api: ctx.api_key,
+        version: ctx.api_version,
+        source,
+    })
+}
 
 type Topics = Option<Vec<(String, Vec<i32>)>>;
 type Fetched = Vec<(String, Vec<FetchedOffset>)>;
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
-    let request: OffsetFetchRequest = ctx.decode(body)?;
-    let version = ctx.api_version;
+    let request = decode(&ctx, body)?;
+    let version = ctx.api_version.max(CODEC_MIN);
     // (group, topics, KIP-848 member id and epoch from v9)
     let wanted: Vec<(GroupId, Topics, Option<String>, i32)> = if version >= 8 {
         request
@@ -50,7 +67,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             services.metrics().group_answered(ApiKey::OffsetFetch, result.as_ref().err().copied().unwrap_or(0));
             results.push((group, topics, result));
         }
-        ctx.respond(&shape(results, version))
+        ctx.respond_as(&shape(results, version), version)
     })))
 }
 
@@ -121,5 +138,50 @@ fn shape(results: Vec<(GroupId, Topics, Result<Fetched, i16>)>, version: i16) ->
         response.with_error_code(error)
     } else {
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::protocol::Encodable;
+
+    use super::*;
+
+    /// OffsetFetch v0 (Kafka's OffsetFetchRequest.json and OffsetFetchResponse.json before
+    /// KIP-896): the request `GroupId; Topics [Name; PartitionIndexes [int32]]`, the response
+    /// `Topics [Name; Partitions [PartitionIndex, CommittedOffset, Metadata, ErrorCode]]`, as v1.
+    #[test]
+    fn v0_is_laid_out_as_v1() {
+        let mut request = BytesMut::new();
+        request.put_i16(1);
+        request.put_slice(b"g");
+        request.put_i32(1);
+        request.put_i16(1);
+        request.put_slice(b"t");
+        request.put_i32(2);
+        request.put_i32(0);
+        request.put_i32(5);
+        let ctx = RequestContext { api_key: ApiKey::OffsetFetch, api_version: 0, correlation_id: 1, client_id: None, peer: None };
+        let decoded = decode(&ctx, request.freeze()).unwrap();
+        assert_eq!(decoded.group_id.as_str(), "g");
+        let topics = decoded.topics.unwrap();
+        assert_eq!((topics[0].name.as_str(), topics[0].partition_indexes.clone()), ("t", vec![0, 5]));
+
+        let fetched = vec![("t".to_string(), vec![(5, 42, -1, "m".to_string())])];
+        let response = shape(vec![(GroupId("g".to_string().into()), None, Ok(fetched))], CODEC_MIN);
+        let mut encoded = BytesMut::new();
+        response.encode(&mut encoded, CODEC_MIN).unwrap();
+        let mut expected = BytesMut::new();
+        expected.put_i32(1);
+        expected.put_i16(1);
+        expected.put_slice(b"t");
+        expected.put_i32(1);
+        expected.put_i32(5);
+        expected.put_i64(42);
+        expected.put_i16(1);
+        expected.put_slice(b"m");
+        expected.put_i16(0);
+        assert_eq!(encoded, expected);
     }
 }

@@ -469,7 +469,14 @@ fn offsets_of_consumer_groups_check_the_member_epoch() {
                 instance_id: None,
                 version,
                 retention_ms: -1,
-                offsets: vec![CommitOffset { topic: "orders".into(), partition: 0, offset: 7, leader_epoch: -1, metadata: None }],
+                offsets: vec![CommitOffset {
+                    topic: "orders".into(),
+                    partition: 0,
+                    offset: 7,
+                    leader_epoch: -1,
+                    metadata: None,
+                    commit_timestamp: None,
+                }],
             },
             token,
         );

@@ -32,6 +32,8 @@ pub struct CommitOffset {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: Option<String>,
+    /// OffsetCommit v1's own commit time; `None` (or -1 on the wire) is the time it arrives.
+    pub commit_timestamp: Option<i64>,
 }
 
 /// What an offset's age is measured from (§4.6).
@@ -77,8 +79,9 @@ impl CoordinatorState {
                 continue;
             }
             codes.push(NONE);
+            let commit_timestamp = o.commit_timestamp.filter(|&t| t != -1).unwrap_or(now);
             let value =
-                OffsetValue { offset: o.offset, leader_epoch: o.leader_epoch, metadata, commit_timestamp: now, expire_timestamp: expire };
+                OffsetValue { offset: o.offset, leader_epoch: o.leader_epoch, metadata, commit_timestamp, expire_timestamp: expire };
             accepted.push((o.topic, o.partition, value));
         }
         if accepted.is_empty() {
@@ -98,6 +101,9 @@ impl CoordinatorState {
 
     /// The group-level checks of OffsetCommit, in Kafka's order (§4.1 steps 5–6).
     fn validate_commit(&mut self, now: i64, r: &CommitRequest) -> Result<(), ResponseError> {
+        if r.version == 0 {
+            return self.validate_commit_v0(now, &r.group_id);
+        }
         if let Some(group) = self.consumer_groups.get(&r.group_id) {
             // KIP-848 members commit with their member epoch (§4.1 step 7).
             if r.generation < 0 && group.members.is_empty() {
@@ -146,6 +152,25 @@ impl CoordinatorState {
             touch_session(&id, member, out, now);
         }
         Ok(())
+    }
+
+    /// OffsetCommit v0 names no member or generation: Kafka stored its offsets apart from the
+    /// group (in ZooKeeper), whatever the group's state. corral keeps them with the group's
+    /// others, which OffsetFetch of any version reads, so v0 checks no membership; a group that
+    /// does not exist becomes a simple group, as a commit from outside any group does.
+    fn validate_commit_v0(&mut self, now: i64, group_id: &str) -> Result<(), ResponseError> {
+        if self.consumer_groups.contains_key(group_id) {
+            return Ok(());
+        }
+        match self.groups.get(group_id) {
+            Some(group) if group.is(GroupState::Dead) => Err(ResponseError::CoordinatorNotAvailable),
+            Some(_) => Ok(()),
+            None if !self.may_create_group() => Err(ResponseError::ThrottlingQuotaExceeded),
+            None => {
+                self.groups.insert(group_id.to_string(), ClassicGroup::new(group_id.to_string(), now));
+                Ok(())
+            }
+        }
     }
 
     pub(crate) fn complete_commit(

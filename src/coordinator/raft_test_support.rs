@@ -59,6 +59,7 @@ pub(super) async fn commit_with_metadata(runner: &Rc<PartitionRunner>, offsets: 
                 offset,
                 leader_epoch: -1,
                 metadata: metadata.map(String::from),
+                commit_timestamp: None,
             })
             .collect(),
     };

@@ -200,7 +200,14 @@ impl Harness {
             retention_ms: -1,
             offsets: offsets
                 .iter()
-                .map(|&(t, p, o)| CommitOffset { topic: t.into(), partition: p, offset: o, leader_epoch: -1, metadata: None })
+                .map(|&(t, p, o)| CommitOffset {
+                    topic: t.into(),
+                    partition: p,
+                    offset: o,
+                    leader_epoch: -1,
+                    metadata: None,
+                    commit_timestamp: None,
+                })
                 .collect(),
         };
         self.state.commit(self.now, request, token);
@@ -761,8 +768,15 @@ fn offset_metadata_limit_is_per_partition() {
             version: 8,
             retention_ms: -1,
             offsets: vec![
-                CommitOffset { topic: "t".into(), partition: 0, offset: 1, leader_epoch: -1, metadata: Some(long) },
-                CommitOffset { topic: "t".into(), partition: 1, offset: 1, leader_epoch: 3, metadata: Some("é".repeat(4096)) },
+                CommitOffset { topic: "t".into(), partition: 0, offset: 1, leader_epoch: -1, metadata: Some(long), commit_timestamp: None },
+                CommitOffset {
+                    topic: "t".into(),
+                    partition: 1,
+                    offset: 1,
+                    leader_epoch: 3,
+                    metadata: Some("é".repeat(4096)),
+                    commit_timestamp: None,
+                },
             ],
         },
         token,
@@ -902,7 +916,14 @@ fn an_extreme_retention_time_saturates() {
         instance_id: None,
         version: 2,
         retention_ms: i64::MAX,
-        offsets: vec![CommitOffset { topic: "t".into(), partition: 0, offset: 5, leader_epoch: -1, metadata: None }],
+        offsets: vec![CommitOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp: None,
+        }],
     };
     h.now = 1_000;
     h.state.commit(h.now, request, token);
@@ -912,6 +933,55 @@ fn an_extreme_retention_time_saturates() {
         [GroupRecord::Offset { value: Some(v), .. }] => assert_eq!(v.expire_timestamp, Some(i64::MAX)),
         other => panic!("expected one offset record, got {other:?}"),
     }
+}
+
+/// OffsetCommit v1 stores the commit time it carries (-1: the time it arrived), which offset
+/// expiration then measures from.
+#[test]
+fn an_offset_commit_v1_keeps_its_commit_time() {
+    let mut h = Harness::new();
+    h.now = 5_000_000;
+    for (timestamp, stored) in [(Some(1_234), 1_234), (Some(-1), 5_000_000), (None, 5_000_000)] {
+        let token = h.token();
+        let offset =
+            CommitOffset { topic: "t".into(), partition: 0, offset: 5, leader_epoch: -1, metadata: None, commit_timestamp: timestamp };
+        let request = CommitRequest {
+            group_id: "g".into(),
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+            version: 1,
+            retention_ms: -1,
+            offsets: vec![offset],
+        };
+        h.log.clear();
+        h.state.commit(h.now, request, token);
+        h.settle();
+        assert!(matches!(h.replies.get(&token), Some(Response::Commit(codes)) if codes == &vec![NONE]));
+        match &h.log[..] {
+            [GroupRecord::Offset { value: Some(v), .. }] => {
+                assert_eq!((v.commit_timestamp, v.expire_timestamp), (stored, None), "commit timestamp {timestamp:?}")
+            }
+            other => panic!("expected one offset record, got {other:?}"),
+        }
+    }
+}
+
+/// OffsetCommit v0 names no member or generation: it is stored whatever the group's members,
+/// and makes a simple group where there is none.
+#[test]
+fn an_offset_commit_v0_checks_no_membership() {
+    let mut h = Harness::new();
+    let (member, generation) = h.stable_single("g");
+    assert_eq!(h.commit("g", "", -1, 2, &[("t", 0, 1)]), vec![ResponseError::UnknownMemberId.code()]);
+    assert_eq!(h.commit("g", "", -1, 0, &[("t", 0, 1)]), vec![NONE]);
+    assert_eq!(h.state_of("g"), GroupState::Stable, "the live group is untouched");
+    assert_eq!(h.commit("g", &member, generation, 1, &[("t", 1, 2)]), vec![NONE]);
+    assert_eq!(h.commit("g", &member, generation + 1, 1, &[("t", 1, 2)]), vec![ResponseError::IllegalGeneration.code()]);
+    assert_eq!(h.commit("new", "", -1, 0, &[("t", 0, 9)]), vec![NONE]);
+    assert_eq!(h.state_of("new"), GroupState::Empty);
+    let fetched = h.state.fetch_offsets("g", None);
+    assert_eq!(fetched, vec![("t".to_string(), vec![(0, 1, -1, String::new()), (1, 2, -1, String::new())])]);
 }
 
 /// A consumer-protocol assignment (v0) of one topic's partitions.

@@ -5,6 +5,7 @@
 //! connection to write.
 
 pub mod fetch_response;
+pub mod old_versions;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
@@ -67,7 +68,13 @@ impl RequestContext {
 
     /// Encodes `body` as this request's response frame.
     pub fn respond<R: Encodable>(&self, body: &R) -> Reply {
-        match encode_frame(self.correlation_id, self.response_header_version(), body, self.api_version) {
+        self.respond_as(body, self.api_version)
+    }
+
+    /// Encodes `body` in the layout of `codec_version`: for a version the codec has no schema
+    /// for whose response is laid out as a later one's.
+    pub fn respond_as<R: Encodable>(&self, body: &R, codec_version: i16) -> Reply {
+        match encode_frame(self.correlation_id, self.response_header_version(), body, codec_version) {
             Ok(frame) => Reply::Frame(frame),
             Err(e) => Reply::Failed(format!("cannot encode {:?} v{} response: {e}", self.api_key, self.api_version)),
         }

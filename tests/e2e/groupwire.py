@@ -239,11 +239,36 @@ def parse_offset_commit_v2(frame: bytes) -> tuple[int, dict[tuple[str, int], int
     return corr, out
 
 
-def offset_fetch_v1(corr: int, group: str, parts: list[tuple[str, int]]) -> bytes:
+def offset_commit_v0(corr: int, group: str, offsets: dict[tuple[str, int], int], metadata: str | None = "") -> bytes:
+    """OffsetCommit v0 (removed in Kafka 4): `group_id [topic [partition offset metadata]]`."""
+    topics: dict[str, list[bytes]] = {}
+    for (t, p), o in offsets.items():
+        topics.setdefault(t, []).append(i32(p) + i64(o) + string(metadata))
+    return request(OFFSET_COMMIT, 0, corr, string(group) + array([string(t) + array(ps) for t, ps in topics.items()]))
+
+
+def offset_commit_v1(
+    corr: int, group: str, generation: int, member_id: str, offsets: dict[tuple[str, int], int], commit_timestamp: int = -1
+) -> bytes:
+    """OffsetCommit v1 (removed in Kafka 4): v0 with `generation_id member_id` after the group and
+    a `commit_timestamp` after each offset (-1: the time it arrives)."""
+    topics: dict[str, list[bytes]] = {}
+    for (t, p), o in offsets.items():
+        topics.setdefault(t, []).append(i32(p) + i64(o) + i64(commit_timestamp) + string(""))
+    body = string(group) + i32(generation) + string(member_id)
+    return request(OFFSET_COMMIT, 1, corr, body + array([string(t) + array(ps) for t, ps in topics.items()]))
+
+
+# OffsetCommit v0 and v1 answer in v2's layout.
+parse_offset_commit_v0 = parse_offset_commit_v1 = parse_offset_commit_v2
+
+
+def offset_fetch_v1(corr: int, group: str, parts: list[tuple[str, int]], version: int = 1) -> bytes:
+    """OffsetFetch v1, or v0 (removed in Kafka 4), which is laid out the same."""
     topics: dict[str, list[bytes]] = {}
     for t, p in parts:
         topics.setdefault(t, []).append(i32(p))
-    return request(OFFSET_FETCH, 1, corr, string(group) + array([string(t) + array(ps) for t, ps in topics.items()]))
+    return request(OFFSET_FETCH, version, corr, string(group) + array([string(t) + array(ps) for t, ps in topics.items()]))
 
 
 def parse_offset_fetch_v1(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int, int]]]:

@@ -137,6 +137,8 @@ class Side:
 def sides(apache_kafka, corral_factory):
     """Kafka (the reference) first, then corral; both with the same group settings."""
     corral = corral_factory(config=CORRAL_GROUP_CONFIG)
+    # A new corral may listen on a port an earlier test's corral had: its barrier topic is new.
+    _BARRIER_TOPICS.pop(corral.bootstrap, None)
     both = [Side("kafka", apache_kafka.bootstrap), Side("corral", corral.bootstrap)]
     yield both
     for s in both:
@@ -250,6 +252,7 @@ for _i in range(100000):
     BARRIER_GROUPS.setdefault(offsets_partition(f"ref-barrier-{_i}"), f"ref-barrier-{_i}")
     if len(BARRIER_GROUPS) == OFFSETS_PARTITIONS:
         break
+# Each server's barrier topic, by bootstrap address (Kafka's for the session; a corral's for its test).
 _BARRIER_TOPICS: dict[str, str] = {}
 
 

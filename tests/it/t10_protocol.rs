@@ -38,6 +38,8 @@ fn api_versions_lists_every_api_with_the_client_quirks() {
         assert_eq!(range(ApiKey::Fetch), (4, 18));
         assert_eq!(range(ApiKey::Metadata), (0, 13));
         assert_eq!(range(ApiKey::ListOffsets), (0, 10), "ListOffsets v0 is served for sarama-based tools");
+        assert_eq!(range(ApiKey::OffsetCommit), (0, 9), "OffsetCommit v0 and v1 are served for clients from before Kafka 4");
+        assert_eq!(range(ApiKey::OffsetFetch), (0, 9));
         assert_eq!(range(ApiKey::ApiVersions), (0, 4));
     }
 }
@@ -284,6 +286,12 @@ fn bad_frames_close_only_their_connection() {
             "ListOffsets v0 claiming 2^31 topics",
             sized(&[0, 2, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]),
         ),
+        // OffsetCommit v1: group "g", generation 0, member "", then the topic count.
+        (
+            "OffsetCommit v1 claiming 2^31 topics",
+            sized(&[0, 8, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0, 1, b'g', 0, 0, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff]),
+        ),
+        ("OffsetCommit v0 with a body cut short", sized(&[0, 8, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0, 1, b'g', 0, 0, 0, 1, 0, 1, b't', 0, 0])),
         ("garbage body", sized(&[0, 19, 0, 7, 0, 0, 0, 1, 0xff, 0xff, 0, 0xde, 0xad, 0xbe, 0xef])),
     ];
     for (what, bytes) in cases {
