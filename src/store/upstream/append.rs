@@ -35,20 +35,21 @@ pub(super) fn append(pool: Rc<Pool>, plan: AppendPlan) -> LocalBoxFuture<'static
         Ok(view) => send(&pool, view, &plan, (0..plan.batches.len()).collect(), &mut results),
         Err(e) => {
             results.iter_mut().for_each(|r| *r = Some(Err(e.clone().into())));
-            Vec::new()
+            (Vec::new(), Vec::new())
         }
     };
     Box::pin(async move {
-        let mut sent = first;
+        let (mut sent, mut unplaced) = first;
         let mut view = view.ok();
         loop {
-            let retry = collect(&pool, &plan, sent, &mut results, deadline).await;
+            let mut retry = collect(&pool, &plan, sent, &mut results, deadline).await;
+            retry.append(&mut unplaced);
             let (Some(seen), false) = (view.as_ref(), retry.is_empty()) else { break };
             let left = deadline.saturating_duration_since(Instant::now());
             match pool.upstream.refreshed(seen.generation, left).await {
                 Some(fresh) if fresh.generation > seen.generation && !left.is_zero() => {
                     crate::metrics::upstream_retried(ApiKey::Produce);
-                    sent = send(&pool, &fresh, &plan, retry, &mut results);
+                    (sent, unplaced) = send(&pool, &fresh, &plan, retry, &mut results);
                     view = Some(fresh);
                 }
                 // No newer view in time: the last error stands.
@@ -59,24 +60,30 @@ pub(super) fn append(pool: Rc<Pool>, plan: AppendPlan) -> LocalBoxFuture<'static
     })
 }
 
-/// Sends `positions` to their leaders; records the errors of those it cannot send.
+/// Sends `positions` to their leaders; records the errors of those it cannot send, and gives
+/// those of them that a newer view may place (no leader now, a topic the view does not show
+/// yet): a producer waits for its metadata in the same case.
 fn send(
     pool: &Rc<Pool>,
     view: &UpstreamView,
     plan: &AppendPlan,
     positions: Vec<usize>,
     results: &mut [Option<Result<Appended, StoreError>>],
-) -> Vec<Sent> {
+) -> (Vec<Sent>, Vec<usize>) {
     let version = match view.version(ApiKey::Produce, VERSIONS) {
         Ok(v) => v,
         Err(e) => {
             positions.iter().for_each(|&i| results[i] = Some(Err(e.clone().into())));
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
     };
     let placed = split(pool, view, positions.iter().map(|&i| (i, &plan.batches[i].partition)));
+    let mut unplaced = Vec::new();
     for (i, e) in placed.unplaced {
         note(&pool.upstream, &e);
+        if worth_retrying(&e) && !sequenced(&plan.batches[i].batch) {
+            unplaced.push(i);
+        }
         results[i] = Some(Err(e));
     }
     let mut sent = Vec::new();
@@ -103,7 +110,7 @@ fn send(
             Err(e) => positions.iter().for_each(|&i| results[i] = Some(Err(e.clone().into()))),
         }
     }
-    sent
+    (sent, unplaced)
 }
 
 /// A Produce carries one batch per partition: a partition given twice goes in a second request,
