@@ -202,6 +202,11 @@ use api_entry;
 /// Success in a response's error-code field.
 const NONE: i16 = 0;
 
+/// In front of an upstream, how long a request naming a topic the catalog lacks waits for a
+/// refresh of the upstream's metadata (the topic may be new there, or the last view may have
+/// come from a broker that had not learnt of it yet).
+const UNKNOWN_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[cfg(test)]
 mod tests {
     use super::*;

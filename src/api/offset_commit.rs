@@ -14,7 +14,7 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
 use crate::coordinator::offsets::{CommitOffset, CommitRequest};
 use crate::protocol::old_versions::{array_len, nullable_string, string};
 use crate::protocol::{RequestContext, RequestError};
@@ -22,9 +22,6 @@ use crate::protocol::{RequestContext, RequestError};
 /// Per requested topic, per partition: an error found before reaching the coordinator, or the
 /// position of its offset among those sent on.
 type Layout = Vec<(kafka_protocol::messages::TopicName, Vec<(i32, Result<usize, i16>)>)>;
-
-/// How long a commit naming a topic unknown here waits for the upstream's metadata.
-const UNKNOWN_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The version from which the codec has a schema for OffsetCommit.
 const CODEC_MIN: i16 = 2;

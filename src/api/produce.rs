@@ -3,17 +3,20 @@
 //!
 //! The appends are enqueued in the first stage, so pipelined produce requests on one connection
 //! are appended in the order they were sent. With acks=0 nothing is written back, unless the
-//! produce failed: then the connection is closed, as Kafka does.
+//! produce failed: then the connection is closed, as Kafka does. In front of an upstream, a topic
+//! the catalog lacks is looked for there first (one metadata refresh), as Metadata and
+//! OffsetCommit do.
 
 use std::rc::Rc;
 
 use bytes::Bytes;
+use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
 use crate::protocol::{Reply, RequestContext};
 use crate::record_batch::{BatchHeader, Compression, HEADER_LEN};
 use crate::store::{Append, AppendPlan, PartitionRef};
@@ -36,6 +39,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let version = ctx.api_version;
     let catalog = &services.node().catalog;
     let acks_valid = matches!(request.acks, -1..=1);
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
+    if let Some(upstream) = &services.node().upstream {
+        let unknown =
+            |t: &TopicProduceData| if version >= 13 { catalog.get_by_id(t.topic_id).is_none() } else { catalog.get(&t.name.0).is_none() };
+        if request.topic_data.iter().any(unknown) {
+            upstream.look_for_new_topics(timeout.min(UNKNOWN_TOPIC_WAIT)).await;
+        }
+    }
 
     let mut appends = Vec::new();
     let mut topics = Vec::with_capacity(request.topic_data.len());
@@ -65,7 +76,6 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 
     // Enqueued now, so pipelined produces are appended in the order they were sent.
     let acks = request.acks;
-    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let appended = services.store().append(AppendPlan { batches: appends, acks, timeout }).await;
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<Option<_>> = appended.await.into_iter().map(Some).collect();
