@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::StreamExt;
 use kafka_protocol::messages::RequestHeader;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
@@ -29,8 +29,8 @@ use super::UpstreamError;
 /// The largest response frame accepted from an upstream broker.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
 const CLIENT_ID: &str = "corral";
-/// Queued frames are gathered into one write up to this size.
-const COALESCE_BYTES: usize = 64 << 10;
+/// Queued frames are written together, up to this many in one vectored write.
+const MAX_FRAMES_PER_WRITE: usize = 64;
 
 type Waiter = oneshot::Sender<Result<Bytes, UpstreamError>>;
 
@@ -167,23 +167,15 @@ async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::Unbou
             let (read_half, mut write_half) = stream.into_split();
             let reader = read_responses(address.clone(), read_half, state.clone());
             let writer = async {
+                let mut frames = VecDeque::new();
                 while let Some(frame) = queued.recv().await {
-                    // Small frames queued together leave in one write; a large one (a produce's
-                    // batches) is written as it is, not copied.
-                    let written = match queued.try_recv() {
-                        Err(_) => write_half.write_all(&frame).await,
-                        Ok(next) => {
-                            let mut batch = BytesMut::with_capacity(frame.len() + next.len());
-                            batch.extend_from_slice(&frame);
-                            batch.extend_from_slice(&next);
-                            while batch.len() < COALESCE_BYTES {
-                                let Ok(more) = queued.try_recv() else { break };
-                                batch.extend_from_slice(&more);
-                            }
-                            write_half.write_all(&batch).await
-                        }
-                    };
-                    if let Err(e) = written {
+                    // Frames queued together leave in one vectored write, none of them copied.
+                    frames.push_back(frame);
+                    while frames.len() < MAX_FRAMES_PER_WRITE {
+                        let Ok(more) = queued.try_recv() else { break };
+                        frames.push_back(more);
+                    }
+                    if let Err(e) = write_frames(&mut write_half, &mut frames).await {
                         return UpstreamError::Disconnected(format!("{address}: {e}"));
                     }
                 }
@@ -205,6 +197,30 @@ async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::Unbou
     for request in waiting {
         let _ = request.waiter.send(Err(error.clone()));
     }
+}
+
+/// Writes every frame of `frames` with vectored writes, dropping each once it is on the wire.
+async fn write_frames(write_half: &mut tokio::net::tcp::OwnedWriteHalf, frames: &mut VecDeque<Bytes>) -> std::io::Result<()> {
+    while !frames.is_empty() {
+        let mut written = {
+            let slices: Vec<std::io::IoSlice<'_>> = frames.iter().map(|f| std::io::IoSlice::new(f)).collect();
+            write_half.write_vectored(&slices).await?
+        };
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let Some(front) = frames.front_mut() else { break };
+            if written >= front.len() {
+                written -= front.len();
+                frames.pop_front();
+            } else {
+                front.advance(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn read_responses(address: String, read_half: tokio::net::tcp::OwnedReadHalf, state: Rc<RefCell<StateCell>>) -> UpstreamError {
