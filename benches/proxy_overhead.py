@@ -23,6 +23,7 @@ round and the added latency (through minus direct).
 import argparse
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -142,6 +143,8 @@ def main() -> None:
             proc.terminate()
             proc.wait(30)
         kafka.stop()
+        # Tens of GB at these rates: never left behind, whatever ended the run.
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def start_corral(args, workdir: Path, config: str) -> tuple[subprocess.Popen, str]:
