@@ -61,6 +61,14 @@ def mbps(text: str) -> float:
 
 
 def produce_mbps(args, bootstrap: str, topic: str) -> float:
+    # Kafka answers CreateTopics before its broker leads the new partitions (corral-bench then
+    # stops at NOT_LEADER_OR_FOLLOWER): a first small produce, tried until it is accepted, waits.
+    for _ in range(20):
+        first = subprocess.run([args.bench, "produce", "--bootstrap", bootstrap, "--topic", topic, "--create", "4", "--bytes", str(1 << 20)],
+                               capture_output=True, text=True)
+        if first.returncode == 0:
+            break
+        time.sleep(0.25)
     return mbps(bench(args, "produce", "--bootstrap", bootstrap, "--topic", topic, "--create", "4", "--connections", "4",
                       "--in-flight", "4", "--acks", "1", "--warmup", "1", "--duration", str(args.duration), "--reps", "1"))
 
