@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::coordinator::migration::MigrationPolicy;
+
 /// Why a configuration was refused. The message always names the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -277,6 +279,9 @@ pub struct GroupsConfig {
     pub consumer_heartbeat_interval_ms: i32,
     pub consumer_max_size: i32,
     pub consumer_assignors: Vec<String>,
+    /// Which live groups convert between the classic and the consumer protocol (Kafka's
+    /// `group.consumer.migration.policy`).
+    pub consumer_migration_policy: String,
 }
 
 /// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
@@ -392,6 +397,7 @@ impl Default for GroupsConfig {
             consumer_heartbeat_interval_ms: 5_000,
             consumer_max_size: i32::MAX,
             consumer_assignors: vec!["uniform".into(), "range".into()],
+            consumer_migration_policy: "bidirectional".into(),
         }
     }
 }
@@ -643,6 +649,13 @@ impl Config {
         if let Some(bad) = g.consumer_assignors.iter().find(|a| crate::coordinator::assignor::Assignor::from_name(a).is_none()) {
             return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
         }
+        if MigrationPolicy::from_name(&g.consumer_migration_policy).is_none() {
+            let known = MigrationPolicy::NAMES.map(|n| format!("{n:?}")).join(", ");
+            return Err(invalid(
+                "groups.consumer_migration_policy",
+                format!("unknown policy {:?}; known: {known}", g.consumer_migration_policy),
+            ));
+        }
         let d = &t.defaults;
         let min = MIN_NEW_SEGMENT_BYTES;
         if !(min..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
@@ -697,6 +710,7 @@ impl Config {
             heartbeat_interval_ms: g.consumer_heartbeat_interval_ms,
             max_size: g.consumer_max_size as usize,
             assignors: g.consumer_assignors.iter().filter_map(|a| crate::coordinator::assignor::Assignor::from_name(a)).collect(),
+            migration_policy: MigrationPolicy::from_name(&g.consumer_migration_policy).unwrap_or(MigrationPolicy::Bidirectional),
         }
     }
 

@@ -17,7 +17,8 @@ pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ConsumerGroupDescribe, Con
 
 /// READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: everything, as without an authorizer.
 const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
-/// KIP-1099 member types.
+/// KIP-1099 member types (v1): a classic-protocol member of the group, a consumer-protocol one.
+const CLASSIC_MEMBER: i8 = 0;
 const CONSUMER_MEMBER: i8 = 1;
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
@@ -75,7 +76,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                                     .with_assignment(assignment(m.assignment))
                                     .with_target_assignment(assignment(m.target));
                                 if version >= 1 {
-                                    member.with_member_type(CONSUMER_MEMBER)
+                                    member.with_member_type(if m.classic { CLASSIC_MEMBER } else { CONSUMER_MEMBER })
                                 } else {
                                     member
                                 }

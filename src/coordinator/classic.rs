@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
+use super::consumer::TopicView;
 use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
 use super::state::{
@@ -33,7 +34,7 @@ pub struct LeaveResult {
 
 impl CoordinatorState {
     /// JoinGroup (§3.3). The answer arrives as `Response::Join` for `token`, now or later.
-    pub fn join(&mut self, now: i64, request: JoinRequest, token: Token) {
+    pub fn join(&mut self, now: i64, request: JoinRequest, token: Token, topics: &dyn TopicView) {
         let cfg = &self.config;
         let out = &mut self.out;
         let too_long = |id: &str| id.len() > MAX_ID_BYTES;
@@ -50,11 +51,11 @@ impl CoordinatorState {
         if !(cfg.min_session_timeout_ms..=cfg.max_session_timeout_ms).contains(&request.session_timeout_ms) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidSessionTimeout, &request.member_id)));
         }
-        // A KIP-848 group of this id: an empty one gives way; a live one refuses classic members
-        // (corral does not translate classic members into consumer groups).
+        // A KIP-848 group of this id: an empty one gives way; a live one takes the member as a
+        // classic member of the consumer group (§6.10).
         if let Some(consumer) = self.consumer_groups.get(&request.group_id) {
             if !consumer.members.is_empty() {
-                return out.reply(token, Response::Join(JoinResult::error(ResponseError::InconsistentGroupProtocol, &request.member_id)));
+                return self.join_consumer_group(now, request, token, topics);
             }
             let records = self.delete_consumer_group(&request.group_id);
             self.out.append(records, Continuation::Nothing);
@@ -88,6 +89,10 @@ impl CoordinatorState {
         let out = &mut self.out;
         if request.group_id.is_empty() {
             return out.reply(token, Response::Sync(SyncResult::error(ResponseError::InvalidGroupId)));
+        }
+        if self.consumer_groups.get(&request.group_id).is_some_and(|g| !g.members.is_empty()) {
+            let result = self.sync_consumer_group(now, &request);
+            return self.out.reply(token, Response::Sync(result));
         }
         let Some(group) = self.groups.get_mut(&request.group_id).filter(|g| !g.is(GroupState::Empty)) else {
             return out.reply(token, Response::Sync(SyncResult::error(ResponseError::UnknownMemberId)));
@@ -205,6 +210,10 @@ impl CoordinatorState {
         if request.group_id.is_empty() {
             return ResponseError::InvalidGroupId.code();
         }
+        if self.consumer_groups.contains_key(&request.group_id) {
+            let r = request;
+            return self.heartbeat_consumer_group(now, &r.group_id, &r.member_id, r.instance_id.as_deref(), r.generation);
+        }
         let Some(group) = self.groups.get_mut(&request.group_id) else { return ResponseError::UnknownMemberId.code() };
         if group.is(GroupState::Dead) {
             return ResponseError::CoordinatorNotAvailable.code();
@@ -240,6 +249,9 @@ impl CoordinatorState {
                 error: ResponseError::InvalidGroupId.code(),
                 members: vec![ResponseError::InvalidGroupId.code(); members.len()],
             };
+        }
+        if self.consumer_groups.contains_key(group_id) {
+            return self.leave_consumer_group(now, group_id, members);
         }
         let Some(group) = self.groups.get_mut(group_id) else {
             return LeaveResult { error: NONE, members: vec![ResponseError::UnknownMemberId.code(); members.len()] };
@@ -321,6 +333,7 @@ impl CoordinatorState {
                 }
             }
             TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } => self.fire_consumer(now, key),
+            TimerKey::ClassicJoin { .. } | TimerKey::ClassicSync { .. } => self.fire_classic_member(now, key),
             TimerKey::Sync { group } => {
                 let Some(g) = self.groups.get_mut(group) else { return };
                 if g.sync_deadline.is_some_and(|d| d <= now) && matches!(g.state, GroupState::CompletingRebalance | GroupState::Stable) {

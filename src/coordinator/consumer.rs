@@ -17,7 +17,8 @@ use uuid::Uuid;
 use super::assignor::{Assignor, MemberSpec};
 use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::GroupState;
-use super::records::{ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
+use super::migration::MigrationPolicy;
+use super::records::{ClassicMemberMetadata, ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
 use super::state::{Continuation, CoordinatorState, Outbox, TimerKey};
 
 const NONE: i16 = 0;
@@ -91,10 +92,16 @@ pub struct ConsumerMember {
     pub pending_revocation: TopicPartitions,
     pub session_deadline: Option<i64>,
     pub rebalance_deadline: Option<i64>,
+    /// Set while the member speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat).
+    pub classic: Option<ClassicMemberMetadata>,
+    /// A classic member told to re-join must do so before this (its rebalance timeout).
+    pub join_deadline: Option<i64>,
+    /// A classic member that joined must send SyncGroup before this (its rebalance timeout).
+    pub sync_deadline: Option<i64>,
 }
 
 impl ConsumerMember {
-    fn new(id: String) -> ConsumerMember {
+    pub(super) fn new(id: String) -> ConsumerMember {
         ConsumerMember {
             id,
             instance_id: None,
@@ -112,10 +119,18 @@ impl ConsumerMember {
             pending_revocation: TopicPartitions::new(),
             session_deadline: None,
             rebalance_deadline: None,
+            classic: None,
+            join_deadline: None,
+            sync_deadline: None,
         }
     }
 
-    fn metadata(&self) -> ConsumerMemberValue {
+    /// Its session: the classic session timeout it joined with, or the group's.
+    pub(super) fn session_timeout_ms(&self, cfg: &ConsumerGroupConfig) -> i64 {
+        self.classic.as_ref().map_or(cfg.session_timeout_ms, |c| c.session_timeout_ms) as i64
+    }
+
+    pub(super) fn metadata(&self) -> ConsumerMemberValue {
         ConsumerMemberValue {
             instance_id: self.instance_id.clone(),
             rack_id: self.rack_id.clone(),
@@ -125,10 +140,11 @@ impl ConsumerMember {
             subscribed_regex: self.subscribed_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
+            classic: self.classic.clone(),
         }
     }
 
-    fn current(&self) -> CurrentAssignmentValue {
+    pub(super) fn current(&self) -> CurrentAssignmentValue {
         CurrentAssignmentValue {
             epoch: self.epoch,
             previous_epoch: self.previous_epoch,
@@ -161,11 +177,11 @@ pub struct ConsumerGroup {
     pub state_timestamp: i64,
     /// The group epoch at which every member last held its target (an event said so); a rebalance
     /// is in progress while it differs from `group_epoch`.
-    converged_epoch: i32,
+    pub(super) converged_epoch: i32,
 }
 
 impl ConsumerGroup {
-    fn new(id: String, now: i64) -> ConsumerGroup {
+    pub(super) fn new(id: String, now: i64) -> ConsumerGroup {
         ConsumerGroup {
             id,
             group_epoch: 0,
@@ -184,7 +200,7 @@ impl ConsumerGroup {
 
     /// Says so once the rebalance in progress is over: every member at the target epoch, or no
     /// member left.
-    fn note_convergence(&mut self, out: &mut Outbox, now: i64) {
+    pub(super) fn note_convergence(&mut self, out: &mut Outbox, now: i64) {
         if self.converged_epoch == self.group_epoch || !matches!(self.state_name(), "Stable" | "Empty") {
             return;
         }
@@ -224,7 +240,40 @@ impl ConsumerGroup {
     }
 
     /// Updates the owner table after a member's holdings changed.
-    fn set_holdings(&mut self, member_id: &str, before: &HashSet<Tp>) {
+    /// A static member's new incarnation takes the old one's place and partitions.
+    pub(super) fn replace_static_member(
+        &mut self,
+        instance: &str,
+        old_id: &str,
+        new_id: &str,
+        records: &mut Vec<GroupRecord>,
+        out: &mut Outbox,
+        now: i64,
+    ) {
+        let mut old = self.members.shift_remove(old_id).expect("mapped member exists");
+        records.extend(member_tombstones(&self.id, old_id));
+        let (kind, departure) = (GroupKind::Consumer, Departure::Replaced);
+        out.event(now, GroupEvent::MemberRemoved { group: self.id.clone(), kind, member: old_id.to_string(), departure });
+        let target = self.target.remove(old_id).unwrap_or_default();
+        self.target.insert(new_id.to_string(), target);
+        old.id = new_id.to_string();
+        old.epoch = 0;
+        old.previous_epoch = 0;
+        // Timers are keyed by member id: the new id needs its own.
+        old.session_deadline = None;
+        old.rebalance_deadline = None;
+        old.join_deadline = None;
+        old.sync_deadline = None;
+        self.members.insert(new_id.to_string(), old);
+        for holder in self.owners.values_mut() {
+            if holder == old_id {
+                *holder = new_id.to_string();
+            }
+        }
+        self.static_members.insert(instance.to_string(), new_id.to_string());
+    }
+
+    pub(super) fn set_holdings(&mut self, member_id: &str, before: &HashSet<Tp>) {
         let member = &self.members[member_id];
         let after: HashSet<Tp> = holdings(member);
         for tp in before.difference(&after) {
@@ -242,11 +291,11 @@ impl ConsumerGroup {
     }
 }
 
-fn holdings(member: &ConsumerMember) -> HashSet<Tp> {
+pub(super) fn holdings(member: &ConsumerMember) -> HashSet<Tp> {
     flatten(&member.assigned).chain(flatten(&member.pending_revocation)).collect()
 }
 
-fn flatten(tp: &TopicPartitions) -> impl Iterator<Item = Tp> + '_ {
+pub(super) fn flatten(tp: &TopicPartitions) -> impl Iterator<Item = Tp> + '_ {
     tp.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
 }
 
@@ -302,6 +351,8 @@ pub struct ConsumerGroupConfig {
     pub max_size: usize,
     /// In preference order; the first is the default.
     pub assignors: Vec<Assignor>,
+    /// `group.consumer.migration.policy`.
+    pub migration_policy: MigrationPolicy,
 }
 
 impl Default for ConsumerGroupConfig {
@@ -311,6 +362,7 @@ impl Default for ConsumerGroupConfig {
             heartbeat_interval_ms: 5_000,
             max_size: i32::MAX as usize,
             assignors: vec![Assignor::Uniform, Assignor::Range],
+            migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -403,19 +455,22 @@ impl CoordinatorState {
             }
             if let Some(classic) = self.groups.get(&r.group_id) {
                 if !classic.members.is_empty() || !classic.pending_members.is_empty() || classic.state != GroupState::Empty {
-                    // Online upgrade of a live classic group is not offered.
-                    return Err(not_found());
+                    // A live classic group: converted when the policy and the group allow it.
+                    self.upgrade_classic_group(now, &r.group_id, topics)?;
+                } else {
+                    self.groups.remove(&r.group_id);
+                    self.out.append(vec![GroupRecord::Group { group: r.group_id.clone(), value: None }], Continuation::Nothing);
+                    self.consumer_groups.insert(r.group_id.clone(), ConsumerGroup::new(r.group_id.clone(), now));
                 }
-                self.groups.remove(&r.group_id);
-                self.out.append(vec![GroupRecord::Group { group: r.group_id.clone(), value: None }], Continuation::Nothing);
             } else if !self.may_create_group() {
                 let max = self.config.max_groups;
                 return Err((
                     ResponseError::ThrottlingQuotaExceeded,
                     format!("This coordinator partition holds {max} groups (groups.max_groups_per_partition)."),
                 ));
+            } else {
+                self.consumer_groups.insert(r.group_id.clone(), ConsumerGroup::new(r.group_id.clone(), now));
             }
-            self.consumer_groups.insert(r.group_id.clone(), ConsumerGroup::new(r.group_id.clone(), now));
         }
         let cfg = self.consumer.clone();
         let group = self.consumer_groups.get_mut(&r.group_id).expect("present");
@@ -440,32 +495,14 @@ impl CoordinatorState {
                 Some(owner) if owner == member_id => {}
                 Some(owner) => {
                     let previous = &group.members[&owner];
-                    if previous.epoch != STATIC_LEAVE_EPOCH {
+                    // A classic member's instance is taken over at once (§6.10), as Kafka does.
+                    if previous.epoch != STATIC_LEAVE_EPOCH && previous.classic.is_none() {
                         return Err((
                             ResponseError::UnreleasedInstanceId,
                             format!("Static member {instance} has not released its instance id."),
                         ));
                     }
-                    // The new incarnation takes the old one's place and partitions.
-                    let mut old = group.members.shift_remove(&owner).expect("mapped member exists");
-                    records.extend(member_tombstones(&group.id, &owner));
-                    let (kind, departure) = (GroupKind::Consumer, Departure::Replaced);
-                    self.out.event(now, GroupEvent::MemberRemoved { group: group.id.clone(), kind, member: owner.clone(), departure });
-                    let target = group.target.remove(&owner).unwrap_or_default();
-                    group.target.insert(member_id.clone(), target);
-                    old.id = member_id.clone();
-                    old.epoch = 0;
-                    old.previous_epoch = 0;
-                    // Timers are keyed by member id: the new id needs its own.
-                    old.session_deadline = None;
-                    old.rebalance_deadline = None;
-                    group.members.insert(member_id.clone(), old);
-                    for holder in group.owners.values_mut() {
-                        if *holder == owner {
-                            *holder = member_id.clone();
-                        }
-                    }
-                    group.static_members.insert(instance.clone(), member_id.clone());
+                    group.replace_static_member(instance, &owner, &member_id, &mut records, &mut self.out, now);
                     replaced_static = true;
                 }
                 None => {
@@ -504,124 +541,10 @@ impl CoordinatorState {
             }
         }
 
-        // 4. Apply what changed.
-        let member = group.members.get_mut(&member_id).expect("present");
+        // 4–6. Apply what changed, move the epochs, reconcile.
         let rejoining = r.member_epoch == 0 && known && !replaced_static;
-        let mut metadata_changed = !known || replaced_static;
-        let mut bump = false;
-        let mut subscription_changed = false;
-        if let Some(names) = &r.subscribed_names {
-            let mut names = names.clone();
-            names.sort();
-            names.dedup();
-            if names != member.subscribed_names {
-                member.subscribed_names = names;
-                metadata_changed = true;
-                subscription_changed = true;
-            }
-        }
-        if let Some(regex) = &r.subscribed_regex {
-            let regex = (!regex.is_empty()).then(|| regex.clone());
-            if regex != member.subscribed_regex {
-                member.subscribed_regex = regex;
-                metadata_changed = true;
-                subscription_changed = true;
-            }
-        }
-        bump |= subscription_changed;
-        if r.rebalance_timeout_ms != -1 && r.rebalance_timeout_ms != member.rebalance_timeout_ms {
-            member.rebalance_timeout_ms = r.rebalance_timeout_ms;
-            metadata_changed = true;
-        }
-        for (field, value) in [(&mut member.rack_id, &r.rack_id), (&mut member.server_assignor, &r.server_assignor)] {
-            if value.is_some() && field != value {
-                *field = value.clone();
-                metadata_changed = true;
-            }
-        }
-        if r.instance_id.is_some() && member.instance_id != r.instance_id {
-            member.instance_id = r.instance_id.clone();
-            metadata_changed = true;
-        }
-        if member.client_id != r.client_id || member.client_host != r.client_host {
-            member.client_id = r.client_id.clone();
-            member.client_host = r.client_host.clone();
-            metadata_changed = true;
-        }
-        if rejoining {
-            // KAFKA-19233 (4.2): epoch 0 from a known member is a re-join, not a fencing. It has
-            // dropped its partitions; release them and start over.
-            let before = holdings(member);
-            member.assigned.clear();
-            member.pending_revocation.clear();
-            member.epoch = 0;
-            member.previous_epoch = 0;
-            member.state = MemberState::Stable;
-            member.rebalance_deadline = None;
-            group.set_holdings(&member_id, &before);
-            records.push(GroupRecord::CurrentAssignment {
-                group: group.id.clone(),
-                member: member_id.clone(),
-                value: Some(group.members[&member_id].current()),
-            });
-        }
-        if metadata_changed {
-            records.push(GroupRecord::ConsumerMember {
-                group: group.id.clone(),
-                member: member_id.clone(),
-                value: Some(group.members[&member_id].metadata()),
-            });
-        }
-        // Subscribed topics: rechecked only when subscriptions or the topics changed, so that a
-        // steady heartbeat costs the same in a group of 5 members as in one of 5,000.
-        let topics_version = topics.version();
-        if metadata_changed || group.topics_checked != Some(topics_version) {
-            if resolve_regexes(group, topics) {
-                bump = true;
-            }
-            let metadata = subscription_metadata(group, topics);
-            if metadata != group.subscription_metadata {
-                group.subscription_metadata = metadata;
-                bump = true;
-            }
-            group.topics_checked = Some(topics_version);
-        }
-        if !known {
-            self.out.event(now, GroupEvent::MemberJoined { group: group.id.clone(), kind: GroupKind::Consumer, member: member_id.clone() });
-        }
-        if bump || group.group_epoch == 0 {
-            let member = member_id.clone();
-            let cause = match &r.instance_id {
-                _ if group.group_epoch == 0 => RebalanceCause::GroupCreated { member },
-                Some(instance) if replaced_static => RebalanceCause::StaticMemberReplaced { instance: instance.clone(), member },
-                _ if !known => RebalanceCause::MemberJoined { member },
-                _ if subscription_changed => RebalanceCause::MetadataChanged { member },
-                _ => RebalanceCause::TopicsChanged,
-            };
-            group.group_epoch += 1;
-            records.push(GroupRecord::ConsumerGroup { group: group.id.clone(), epoch: Some(group.group_epoch) });
-            let (generation, members) = (group.group_epoch, cause.members_before(group.members.len()));
-            self.out.event(
-                now,
-                GroupEvent::RebalanceStarted { group: group.id.clone(), kind: GroupKind::Consumer, cause, generation, members },
-            );
-        }
-
-        // 5. A new target assignment when its inputs moved.
-        if group.group_epoch > group.assignment_epoch {
-            compute_target(group, &cfg, topics, &mut records);
-        }
-
-        // 6. Reconcile this member toward its target.
-        let before_assigned = group.members[&member_id].assigned.clone();
-        let epoch_before = group.members[&member_id].epoch;
-        let target = group.target.get(&member_id).cloned().unwrap_or_default();
-        reconcile(group, &member_id, &target, r.owned.as_ref(), now);
-        let member = &group.members[&member_id];
-        if member.epoch != epoch_before && member.epoch == group.assignment_epoch && member.state == MemberState::Stable {
-            let (group_id, member) = (group.id.clone(), member_id.clone());
-            self.out.event(now, GroupEvent::MemberReady { group: group_id, member, step: MemberStep::Reconciled });
-        }
+        let change = MemberChange { known, replaced_static, rejoining, classic: None };
+        let before_assigned = apply_member_changes(&mut self.out, group, &cfg, now, &member_id, &r, change, topics, &mut records);
         let member = &group.members[&member_id];
         if member.assigned != before_assigned || member.epoch != r.member_epoch.max(0) || rejoining || !known || replaced_static {
             records.push(GroupRecord::CurrentAssignment {
@@ -712,6 +635,9 @@ impl CoordinatorState {
 
     /// Removes (fences) a member: its partitions are released and the group epoch moves.
     pub(crate) fn remove_consumer_member(&mut self, now: i64, group_id: &str, member_id: &str, departure: Departure) {
+        if self.downgrade_without(now, group_id, member_id, departure) {
+            return;
+        }
         let Some(group) = self.consumer_groups.get_mut(group_id) else { return };
         let Some(member) = group.members.shift_remove(member_id) else { return };
         if let Some(instance) = &member.instance_id {
@@ -792,6 +718,7 @@ impl CoordinatorState {
                 m.subscribed_regex = v.subscribed_regex;
                 m.rebalance_timeout_ms = v.rebalance_timeout_ms;
                 m.server_assignor = v.server_assignor;
+                m.classic = v.classic;
             }
             GroupRecord::ConsumerMember { member, value: None, .. } => {
                 if let Some(m) = group.members.shift_remove(&member) {
@@ -824,12 +751,12 @@ impl CoordinatorState {
 
     /// After loading: every member's session starts now.
     pub(crate) fn start_consumer_sessions(&mut self, now: i64) {
-        let session = self.consumer.session_timeout_ms as i64;
         let mut timers = Vec::new();
         for g in self.consumer_groups.values_mut() {
             for m in g.members.values_mut() {
-                m.session_deadline = Some(now + session);
-                timers.push((TimerKey::ConsumerSession { group: g.id.clone(), member: m.id.clone() }, now + session));
+                let deadline = now + m.session_timeout_ms(&self.consumer);
+                m.session_deadline = Some(deadline);
+                timers.push((TimerKey::ConsumerSession { group: g.id.clone(), member: m.id.clone() }, deadline));
             }
         }
         for (key, at) in timers {
@@ -863,7 +790,156 @@ impl CoordinatorState {
     }
 }
 
-fn member_tombstones(group: &str, member: &str) -> Vec<GroupRecord> {
+/// What a heartbeat or a classic member's JoinGroup changes besides the request's fields.
+pub(super) struct MemberChange {
+    /// The member existed before this request.
+    pub known: bool,
+    /// A static member's new incarnation took the old one's place.
+    pub replaced_static: bool,
+    /// Epoch 0 from a known member: it dropped its partitions (KAFKA-19233).
+    pub rejoining: bool,
+    /// The member's classic-protocol metadata; `None` for a consumer-protocol member.
+    pub classic: Option<ClassicMemberMetadata>,
+}
+
+/// Steps 4–6 of a heartbeat (§6.4), shared with a classic member's JoinGroup (§6.10): applies the
+/// member's changes, moves the group epoch and the target when their inputs moved, and reconciles
+/// the member. Returns the member's assignment before.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn apply_member_changes(
+    out: &mut Outbox,
+    group: &mut ConsumerGroup,
+    cfg: &ConsumerGroupConfig,
+    now: i64,
+    member_id: &str,
+    r: &ConsumerHeartbeat,
+    change: MemberChange,
+    topics: &dyn TopicView,
+    records: &mut Vec<GroupRecord>,
+) -> TopicPartitions {
+    // 4. Apply what changed.
+    let MemberChange { known, replaced_static, rejoining, classic } = change;
+    let member = group.members.get_mut(member_id).expect("present");
+    let mut metadata_changed = !known || replaced_static;
+    if member.classic != classic {
+        member.classic = classic;
+        metadata_changed = true;
+    }
+    let mut bump = false;
+    let mut subscription_changed = false;
+    if let Some(names) = &r.subscribed_names {
+        let mut names = names.clone();
+        names.sort();
+        names.dedup();
+        if names != member.subscribed_names {
+            member.subscribed_names = names;
+            metadata_changed = true;
+            subscription_changed = true;
+        }
+    }
+    if let Some(regex) = &r.subscribed_regex {
+        let regex = (!regex.is_empty()).then(|| regex.clone());
+        if regex != member.subscribed_regex {
+            member.subscribed_regex = regex;
+            metadata_changed = true;
+            subscription_changed = true;
+        }
+    }
+    bump |= subscription_changed;
+    if r.rebalance_timeout_ms != -1 && r.rebalance_timeout_ms != member.rebalance_timeout_ms {
+        member.rebalance_timeout_ms = r.rebalance_timeout_ms;
+        metadata_changed = true;
+    }
+    for (field, value) in [(&mut member.rack_id, &r.rack_id), (&mut member.server_assignor, &r.server_assignor)] {
+        if value.is_some() && field != value {
+            *field = value.clone();
+            metadata_changed = true;
+        }
+    }
+    if r.instance_id.is_some() && member.instance_id != r.instance_id {
+        member.instance_id = r.instance_id.clone();
+        metadata_changed = true;
+    }
+    if member.client_id != r.client_id || member.client_host != r.client_host {
+        member.client_id = r.client_id.clone();
+        member.client_host = r.client_host.clone();
+        metadata_changed = true;
+    }
+    if rejoining {
+        // KAFKA-19233 (4.2): epoch 0 from a known member is a re-join, not a fencing. It has
+        // dropped its partitions; release them and start over.
+        let before = holdings(member);
+        member.assigned.clear();
+        member.pending_revocation.clear();
+        member.epoch = 0;
+        member.previous_epoch = 0;
+        member.state = MemberState::Stable;
+        member.rebalance_deadline = None;
+        group.set_holdings(member_id, &before);
+        records.push(GroupRecord::CurrentAssignment {
+            group: group.id.clone(),
+            member: member_id.to_string(),
+            value: Some(group.members[member_id].current()),
+        });
+    }
+    if metadata_changed {
+        records.push(GroupRecord::ConsumerMember {
+            group: group.id.clone(),
+            member: member_id.to_string(),
+            value: Some(group.members[member_id].metadata()),
+        });
+    }
+    // Subscribed topics: rechecked only when subscriptions or the topics changed, so that a
+    // steady heartbeat costs the same in a group of 5 members as in one of 5,000.
+    let topics_version = topics.version();
+    if metadata_changed || group.topics_checked != Some(topics_version) {
+        if resolve_regexes(group, topics) {
+            bump = true;
+        }
+        let metadata = subscription_metadata(group, topics);
+        if metadata != group.subscription_metadata {
+            group.subscription_metadata = metadata;
+            bump = true;
+        }
+        group.topics_checked = Some(topics_version);
+    }
+    if !known {
+        out.event(now, GroupEvent::MemberJoined { group: group.id.clone(), kind: GroupKind::Consumer, member: member_id.to_string() });
+    }
+    if bump || group.group_epoch == 0 {
+        let member = member_id.to_string();
+        let cause = match &r.instance_id {
+            _ if group.group_epoch == 0 => RebalanceCause::GroupCreated { member },
+            Some(instance) if replaced_static => RebalanceCause::StaticMemberReplaced { instance: instance.clone(), member },
+            _ if !known => RebalanceCause::MemberJoined { member },
+            _ if subscription_changed => RebalanceCause::MetadataChanged { member },
+            _ => RebalanceCause::TopicsChanged,
+        };
+        group.group_epoch += 1;
+        records.push(GroupRecord::ConsumerGroup { group: group.id.clone(), epoch: Some(group.group_epoch) });
+        let (generation, members) = (group.group_epoch, cause.members_before(group.members.len()));
+        out.event(now, GroupEvent::RebalanceStarted { group: group.id.clone(), kind: GroupKind::Consumer, cause, generation, members });
+    }
+
+    // 5. A new target assignment when its inputs moved.
+    if group.group_epoch > group.assignment_epoch {
+        compute_target(group, cfg, topics, records);
+    }
+
+    // 6. Reconcile this member toward its target.
+    let before_assigned = group.members[member_id].assigned.clone();
+    let epoch_before = group.members[member_id].epoch;
+    let target = group.target.get(member_id).cloned().unwrap_or_default();
+    reconcile(group, member_id, &target, r.owned.as_ref(), now);
+    let member = &group.members[member_id];
+    if member.epoch != epoch_before && member.epoch == group.assignment_epoch && member.state == MemberState::Stable {
+        let (group_id, member) = (group.id.clone(), member_id.to_string());
+        out.event(now, GroupEvent::MemberReady { group: group_id, member, step: MemberStep::Reconciled });
+    }
+    before_assigned
+}
+
+pub(super) fn member_tombstones(group: &str, member: &str) -> Vec<GroupRecord> {
     vec![
         GroupRecord::CurrentAssignment { group: group.to_string(), member: member.to_string(), value: None },
         GroupRecord::TargetAssignment { group: group.to_string(), member: member.to_string(), partitions: None },
@@ -897,7 +973,7 @@ fn resolve_regexes(group: &mut ConsumerGroup, topics: &dyn TopicView) -> bool {
     changed || group.resolved_regex.len() != before
 }
 
-fn subscription_metadata(group: &ConsumerGroup, topics: &dyn TopicView) -> BTreeMap<String, Tp> {
+pub(super) fn subscription_metadata(group: &ConsumerGroup, topics: &dyn TopicView) -> BTreeMap<String, Tp> {
     group.subscribed_topics().into_iter().filter_map(|name| topics.by_name(&name).map(|t| (name, t))).collect()
 }
 
@@ -988,7 +1064,7 @@ fn reconcile(group: &mut ConsumerGroup, member_id: &str, target: &TopicPartition
     group.set_holdings(member_id, &before);
 }
 
-fn to_topic_partitions(items: impl Iterator<Item = Tp>) -> TopicPartitions {
+pub(super) fn to_topic_partitions(items: impl Iterator<Item = Tp>) -> TopicPartitions {
     let mut out = TopicPartitions::new();
     for (t, p) in items {
         out.entry(t).or_default().insert(p);
@@ -1018,6 +1094,8 @@ pub struct DescribedConsumerMember {
     pub subscribed_regex: Option<String>,
     pub assignment: TopicPartitions,
     pub target: TopicPartitions,
+    /// Speaks the classic protocol inside the consumer group (§6.10).
+    pub classic: bool,
 }
 
 impl CoordinatorState {
@@ -1043,6 +1121,7 @@ impl CoordinatorState {
                     subscribed_regex: m.subscribed_regex.clone(),
                     assignment: m.assigned.clone(),
                     target: g.target.get(&m.id).cloned().unwrap_or_default(),
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         })

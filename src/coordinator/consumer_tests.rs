@@ -14,10 +14,10 @@ const NONE: i16 = 0;
 const SESSION: i32 = 10_000;
 
 #[derive(Default)]
-struct Topics(HashMap<String, (Uuid, i32)>, u64);
+pub(super) struct Topics(HashMap<String, (Uuid, i32)>, u64);
 
 impl Topics {
-    fn add(&mut self, name: &str, partitions: i32) -> Uuid {
+    pub(super) fn add(&mut self, name: &str, partitions: i32) -> Uuid {
         let id = self.0.get(name).map(|t| t.0).unwrap_or_else(Uuid::new_v4);
         self.0.insert(name.to_string(), (id, partitions));
         self.1 += 1;
@@ -40,20 +40,22 @@ impl TopicView for Topics {
     }
 }
 
-struct Harness {
-    state: CoordinatorState,
-    topics: Topics,
-    now: i64,
+pub(super) struct Harness {
+    pub(super) state: CoordinatorState,
+    pub(super) topics: Topics,
+    pub(super) now: i64,
     timers: Vec<(TimerKey, i64)>,
-    log: Vec<GroupRecord>,
+    pub(super) log: Vec<GroupRecord>,
     /// What each member believes it owns (as a client would track it).
-    owned: HashMap<String, TopicPartitions>,
+    pub(super) owned: HashMap<String, TopicPartitions>,
     epochs: HashMap<String, i32>,
     events: Vec<(i64, super::events::GroupEvent)>,
+    /// Responses delivered to parked or waiting requests, by token.
+    pub(super) replies: Vec<(u64, super::state::Response)>,
 }
 
 impl Harness {
-    fn new() -> Harness {
+    pub(super) fn new() -> Harness {
         let consumer = ConsumerGroupConfig { session_timeout_ms: SESSION, heartbeat_interval_ms: 1_000, ..ConsumerGroupConfig::default() };
         Harness {
             state: CoordinatorState::with_consumer_config(GroupConfig::default(), consumer),
@@ -64,6 +66,7 @@ impl Harness {
             owned: HashMap::new(),
             epochs: HashMap::new(),
             events: Vec::new(),
+            replies: Vec::new(),
         }
     }
 
@@ -73,21 +76,28 @@ impl Harness {
         self.events.iter().filter_map(|(at, e)| tracker.observe(*at, e)).collect()
     }
 
-    fn settle(&mut self) {
-        for effect in self.state.out.drain() {
-            match effect {
-                Effect::Timer(key, at) => self.timers.push((key, at)),
-                Effect::Append(id, records) => {
-                    self.log.extend(records);
-                    self.state.appended(self.now, id, None);
+    /// Carries out the state machine's effects (appends succeed at once) until none is left.
+    pub(super) fn settle(&mut self) {
+        loop {
+            let effects = self.state.out.drain();
+            if effects.is_empty() {
+                return;
+            }
+            for effect in effects {
+                match effect {
+                    Effect::Timer(key, at) => self.timers.push((key, at)),
+                    Effect::Append(id, records) => {
+                        self.log.extend(records);
+                        self.state.appended(self.now, id, None);
+                    }
+                    Effect::Reply(token, response) => self.replies.push((token, response)),
+                    Effect::Event(at, event) => self.events.push((at, event)),
                 }
-                Effect::Reply(..) => {}
-                Effect::Event(at, event) => self.events.push((at, event)),
             }
         }
     }
 
-    fn advance_to(&mut self, t: i64) {
+    pub(super) fn advance_to(&mut self, t: i64) {
         loop {
             self.timers.sort_by_key(|(_, at)| *at);
             match self.timers.first() {
@@ -103,7 +113,7 @@ impl Harness {
         self.now = t;
     }
 
-    fn request(&self, member: &str, epoch: i32) -> ConsumerHeartbeat {
+    pub(super) fn request(&self, member: &str, epoch: i32) -> ConsumerHeartbeat {
         ConsumerHeartbeat {
             group_id: "g".into(),
             member_id: member.into(),
@@ -116,14 +126,14 @@ impl Harness {
         }
     }
 
-    fn send(&mut self, request: ConsumerHeartbeat) -> HeartbeatAnswer {
+    pub(super) fn send(&mut self, request: ConsumerHeartbeat) -> HeartbeatAnswer {
         let answer = self.state.consumer_heartbeat(self.now, request, &self.topics);
         self.settle();
         answer
     }
 
     /// A member joins subscribing to `topics`.
-    fn join(&mut self, member: &str, topics: &[&str]) -> HeartbeatAnswer {
+    pub(super) fn join(&mut self, member: &str, topics: &[&str]) -> HeartbeatAnswer {
         let mut r = self.request(member, 0);
         r.subscribed_names = Some(topics.iter().map(|t| t.to_string()).collect());
         r.owned = Some(TopicPartitions::new());
@@ -133,7 +143,7 @@ impl Harness {
     }
 
     /// A regular heartbeat reporting what the member owns.
-    fn beat(&mut self, member: &str) -> HeartbeatAnswer {
+    pub(super) fn beat(&mut self, member: &str) -> HeartbeatAnswer {
         let mut r = self.request(member, self.epochs[member]);
         r.owned = Some(self.owned[member].clone());
         let a = self.send(r);
@@ -142,7 +152,7 @@ impl Harness {
     }
 
     /// Like a client: adopt the new assignment (revoking what is gone, then taking what is new).
-    fn absorb(&mut self, member: &str, a: &HeartbeatAnswer) {
+    pub(super) fn absorb(&mut self, member: &str, a: &HeartbeatAnswer) {
         if a.error != NONE {
             return;
         }
@@ -512,7 +522,8 @@ fn classic_and_consumer_groups_share_one_namespace() {
     let listed = h.state.list_groups(&[], &["consumer".into()]);
     assert_eq!((listed.len(), listed[0].group_type, listed[0].state), (1, "consumer", "Stable"));
     assert!(h.state.list_groups(&[], &["classic".into()]).is_empty());
-    // A classic member cannot join a live consumer group.
+    // With migration disabled, a classic member cannot join a live consumer group (KAFKA-20640).
+    h.state.consumer.migration_policy = super::migration::MigrationPolicy::Disabled;
     let join = super::state::JoinRequest {
         group_id: "g".into(),
         member_id: String::new(),
@@ -525,7 +536,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
         client_host: "/h".into(),
         version: 5,
     };
-    h.state.join(h.now, join.clone(), 77);
+    h.state.join(h.now, join.clone(), 77, &h.topics);
     let replies: Vec<Effect> = h.state.out.drain();
     assert!(replies.iter().any(
         |e| matches!(e, Effect::Reply(77, super::state::Response::Join(r)) if r.error == ResponseError::InconsistentGroupProtocol.code())

@@ -13,6 +13,7 @@
 //! - [`classic`]: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, rebalance timers.
 //! - [`offsets`]: OffsetCommit, OffsetFetch, OffsetDelete, offset expiration.
 //! - [`admin`]: ListGroups, DescribeGroups, DeleteGroups.
+//! - [`consumer`]: the KIP-848 protocol; [`migration`]: conversions between it and the classic one.
 //! - [`records`]: the `__consumer_offsets` record formats.
 //! - [`events`]: what happened in a group (rebalances and their causes, members, offsets), an
 //!   effect like the others for metrics, history and the log to consume.
@@ -27,6 +28,7 @@ mod consumer_protocol;
 pub mod events;
 pub mod group;
 pub mod inspect;
+pub mod migration;
 pub mod offsets;
 pub mod rebalances;
 pub mod records;
@@ -39,6 +41,8 @@ pub mod state;
 mod cluster_tests;
 #[cfg(test)]
 mod consumer_tests;
+#[cfg(test)]
+mod migration_tests;
 #[cfg(test)]
 mod raft_test_support;
 #[cfg(test)]

@@ -110,11 +110,13 @@ impl CoordinatorState {
                 return Ok(());
             }
             let member = group.members.get(&r.member_id).ok_or(ResponseError::UnknownMemberId)?;
-            if r.version < 9 {
+            // Classic members of the group (§6.10) commit as classic members do.
+            let classic = member.classic.is_some();
+            if r.version < 9 && !classic {
                 return Err(ResponseError::UnsupportedVersion);
             }
             if r.generation != member.epoch {
-                return Err(ResponseError::StaleMemberEpoch);
+                return Err(if classic { ResponseError::IllegalGeneration } else { ResponseError::StaleMemberEpoch });
             }
             return Ok(());
         }
@@ -244,7 +246,7 @@ impl CoordinatorState {
         }
         let member = member_id.and_then(|m| group.members.get(m)).ok_or(ResponseError::UnknownMemberId)?;
         if member.epoch != epoch {
-            return Err(ResponseError::StaleMemberEpoch);
+            return Err(if member.classic.is_some() { ResponseError::IllegalGeneration } else { ResponseError::StaleMemberEpoch });
         }
         Ok(())
     }

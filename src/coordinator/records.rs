@@ -98,7 +98,21 @@ pub struct ConsumerMemberValue {
     pub subscribed_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that speaks the classic protocol inside a consumer group.
+    pub classic: Option<ClassicMemberMetadata>,
 }
+
+/// What a classic-protocol member of a consumer group sent in JoinGroup (the tagged
+/// `ClassicMemberMetadata` of ConsumerGroupMemberMetadataValue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// In the member's order of preference, with their metadata.
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// Tag of `ClassicMemberMetadata` in ConsumerGroupMemberMetadataValue.
+const CLASSIC_MEMBER_METADATA_TAG: u32 = 0;
 
 /// A KIP-848 member's reconciliation state (ConsumerGroupCurrentMemberAssignmentValue).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -240,7 +254,27 @@ impl GroupRecord {
                 put_compact_nullable_string(&mut b, v.subscribed_regex.as_deref());
                 b.put_i32(v.rebalance_timeout_ms);
                 put_compact_nullable_string(&mut b, v.server_assignor.as_deref());
-                b.put_u8(0);
+                match &v.classic {
+                    None => b.put_u8(0),
+                    Some(classic) => {
+                        // A nullable struct as a tagged field: its size, then 1 for "present".
+                        let mut body = BytesMut::new();
+                        put_uvarint(&mut body, 1);
+                        body.put_i32(classic.session_timeout_ms);
+                        put_uvarint(&mut body, classic.protocols.len() as u32 + 1);
+                        for (name, metadata) in &classic.protocols {
+                            put_compact_nullable_string(&mut body, Some(name));
+                            put_uvarint(&mut body, metadata.len() as u32 + 1);
+                            body.put_slice(metadata);
+                            body.put_u8(0);
+                        }
+                        body.put_u8(0);
+                        put_uvarint(&mut b, 1);
+                        put_uvarint(&mut b, CLASSIC_MEMBER_METADATA_TAG);
+                        put_uvarint(&mut b, body.len() as u32);
+                        b.put_slice(&body);
+                    }
+                }
             }
             GroupRecord::TargetAssignment { partitions: Some(p), .. } => {
                 b.put_i16(0);
@@ -447,6 +481,19 @@ fn decode_consumer_member(mut v: &[u8]) -> Result<ConsumerMemberValue, RecordErr
     let subscribed_regex = get_compact_nullable_string(&mut v)?;
     let rebalance_timeout_ms = get_i32(&mut v)?;
     let server_assignor = get_compact_nullable_string(&mut v)?;
+    let mut classic = None;
+    for _ in 0..get_uvarint(&mut v)? {
+        let tag = get_uvarint(&mut v)?;
+        let size = get_uvarint(&mut v)? as usize;
+        if v.len() < size {
+            return Err(RecordError("truncated"));
+        }
+        let (mut field, rest) = v.split_at(size);
+        v = rest;
+        if tag == CLASSIC_MEMBER_METADATA_TAG && get_uvarint(&mut field)? > 0 {
+            classic = Some(decode_classic_member(&mut field)?);
+        }
+    }
     Ok(ConsumerMemberValue {
         instance_id,
         rack_id,
@@ -456,7 +503,29 @@ fn decode_consumer_member(mut v: &[u8]) -> Result<ConsumerMemberValue, RecordErr
         subscribed_regex,
         rebalance_timeout_ms,
         server_assignor,
+        classic,
     })
+}
+
+fn decode_classic_member(v: &mut &[u8]) -> Result<ClassicMemberMetadata, RecordError> {
+    let session_timeout_ms = get_i32(v)?;
+    let count = get_uvarint(v)?.saturating_sub(1) as usize;
+    if count > v.len() {
+        return Err(RecordError("protocol count"));
+    }
+    let mut protocols = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = get_compact_string(v)?;
+        let len = get_uvarint(v)?.checked_sub(1).ok_or(RecordError("null protocol metadata"))? as usize;
+        if v.len() < len {
+            return Err(RecordError("truncated"));
+        }
+        protocols.push((name, Bytes::copy_from_slice(&v[..len])));
+        v.advance(len);
+        skip_tagged_fields(v)?;
+    }
+    skip_tagged_fields(v)?;
+    Ok(ClassicMemberMetadata { session_timeout_ms, protocols })
 }
 
 fn decode_current_assignment(mut v: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
@@ -652,6 +721,27 @@ mod tests {
     }
 
     #[test]
+    fn classic_member_metadata_is_the_tagged_field_kafka_writes() {
+        let value = ConsumerMemberValue {
+            instance_id: None,
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            subscribed_names: vec![],
+            subscribed_regex: None,
+            rebalance_timeout_ms: 1,
+            server_assignor: None,
+            classic: Some(ClassicMemberMetadata { session_timeout_ms: 45_000, protocols: vec![("r".into(), Bytes::from_static(&[9]))] }),
+        };
+        let record = GroupRecord::ConsumerMember { group: "g".into(), member: "m".into(), value: Some(value) };
+        let bytes = record.value().unwrap();
+        // ... ServerAssignor null, then one tagged field: tag 0, size 12, and the nullable struct
+        // (1 = present, SessionTimeoutMs, SupportedProtocols [{Name "r", Metadata [9]}], no tags).
+        let tail = [0, 1, 0, 12, 1, 0, 0, 0xaf, 0xc8, 2, 2, b'r', 2, 9, 0, 0];
+        assert_eq!(&bytes[bytes.len() - tail.len()..], &tail);
+    }
+
+    #[test]
     fn consumer_group_records_round_trip() {
         let id = uuid::Uuid::from_u128(7);
         let mut tp = TopicPartitions::new();
@@ -671,6 +761,25 @@ mod tests {
                     subscribed_regex: Some("t.*".into()),
                     rebalance_timeout_ms: 300_000,
                     server_assignor: Some("range".into()),
+                    classic: None,
+                }),
+            },
+            GroupRecord::ConsumerMember {
+                group: "g".into(),
+                member: "classic".into(),
+                value: Some(ConsumerMemberValue {
+                    instance_id: None,
+                    rack_id: None,
+                    client_id: "c".into(),
+                    client_host: "/h".into(),
+                    subscribed_names: vec!["a".into()],
+                    subscribed_regex: None,
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: None,
+                    classic: Some(ClassicMemberMetadata {
+                        session_timeout_ms: 45_000,
+                        protocols: vec![("range".into(), Bytes::from_static(&[0, 3, 1, 2])), ("roundrobin".into(), Bytes::new())],
+                    }),
                 }),
             },
             GroupRecord::TargetAssignment { group: "g".into(), member: "m".into(), partitions: Some(tp.clone()) },

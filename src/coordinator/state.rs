@@ -87,6 +87,10 @@ pub enum TimerKey {
     ConsumerSession { group: String, member: String },
     /// A KIP-848 member that must revoke partitions before this deadline.
     ConsumerRebalance { group: String, member: String },
+    /// A classic member of a consumer group told to re-join (§6.10).
+    ClassicJoin { group: String, member: String },
+    /// A classic member of a consumer group that joined and owes a SyncGroup (§6.10).
+    ClassicSync { group: String, member: String },
 }
 
 /// A response delivered to a request that was parked or waited for its records.
@@ -116,6 +120,11 @@ pub enum Effect {
 pub(crate) enum Continuation {
     /// Nothing waits for it (a failure is only logged).
     Nothing,
+    /// Nothing waits for it, but its records go in one batch or not at all (a group converted
+    /// from one protocol to the other).
+    Atomic,
+    /// A response to send once the records are stored (the write's error otherwise).
+    Reply { token: Token, response: Response },
     /// The leader's SyncGroup of `generation`: deliver the assignments.
     SyncComplete { group: String, generation: i32, assignments: HashMap<String, Bytes> },
     /// A static member replaced without rebalance: answer its JoinGroup, or undo on failure.
@@ -387,7 +396,17 @@ impl CoordinatorState {
         };
         let error = error.map(|e| write_error(e, &then));
         match then {
-            Continuation::Nothing => {}
+            Continuation::Nothing | Continuation::Atomic => {}
+            Continuation::Reply { token, response } => {
+                let response = match (error, response) {
+                    (None, response) => response,
+                    (Some(e), Response::Join(r)) => Response::Join(JoinResult::error(e, &r.member_id)),
+                    (Some(e), Response::Sync(_)) => Response::Sync(SyncResult::error(e)),
+                    (Some(e), Response::Commit(codes)) => Response::Commit(vec![e.code(); codes.len()]),
+                    (Some(e), Response::DeleteGroups(codes)) => Response::DeleteGroups(vec![e.code(); codes.len()]),
+                };
+                self.out.reply(token, response);
+            }
             Continuation::SyncComplete { group, generation, assignments } => {
                 self.complete_sync(now, &group, generation, assignments, error)
             }

@@ -133,7 +133,7 @@ impl Harness {
             client_host: "/127.0.0.1".into(),
             version,
         };
-        self.state.join(self.now, request, token);
+        self.state.join(self.now, request, token, &super::consumer_tests::Topics::default());
         self.settle();
         token
     }
@@ -443,7 +443,7 @@ fn a_new_member_that_never_completes_its_join_is_dropped_after_five_minutes() {
         client_host: "/h".into(),
         version: 3,
     };
-    h.state.join(0, request.clone(), token);
+    h.state.join(0, request.clone(), token, &super::consumer_tests::Topics::default());
     h.settle();
     h.advance_to(DELAY);
     let slow = h.join_reply(token);
@@ -451,7 +451,7 @@ fn a_new_member_that_never_completes_its_join_is_dropped_after_five_minutes() {
     // A newcomer joins and waits; the slow member only heartbeats.
     let newcomer = h.token();
     request.client_id = "new".into();
-    h.state.join(h.now, request, newcomer);
+    h.state.join(h.now, request, newcomer, &super::consumer_tests::Topics::default());
     h.settle();
     while h.now < 299_000 {
         h.advance_to(h.now + 3_000);
@@ -508,13 +508,13 @@ fn join_errors() {
         client_host: "/h".into(),
         version: 5,
     };
-    h.state.join(0, bad.clone(), token);
+    h.state.join(0, bad.clone(), token, &super::consumer_tests::Topics::default());
     h.settle();
     assert_eq!(h.join_reply(token).error, ResponseError::InvalidSessionTimeout.code());
     bad.session_timeout_ms = SESSION;
     bad.protocols.clear();
     let token = h.token();
-    h.state.join(0, bad, token);
+    h.state.join(0, bad, token, &super::consumer_tests::Topics::default());
     h.settle();
     assert_eq!(h.join_reply(token).error, ResponseError::InconsistentGroupProtocol.code(), "no protocols on an empty group");
     let t = h.join("missing", "some-id", None, 5);
@@ -896,7 +896,7 @@ fn a_string_too_long_for_the_group_record_is_refused() {
             client_host: "/127.0.0.1".into(),
             version: 5,
         };
-        h.state.join(h.now, request, token);
+        h.state.join(h.now, request, token, &super::consumer_tests::Topics::default());
         h.settle();
         assert_eq!(h.join_reply(token).error, ResponseError::InvalidRequest.code());
     }

@@ -54,13 +54,13 @@ impl LocalGroups {
     /// stored: `f` starts it with a waiter, `pick` takes the answer from the response.
     async fn call_waiting<T, F>(&self, group_id: String, f: F, pick: fn(Response) -> Option<T>) -> Answer<T>
     where
-        F: FnOnce(&Rc<PartitionRunner>, crate::coordinator::group::Token) + Send + 'static,
+        F: FnOnce(&Rc<Shard>, &Rc<PartitionRunner>, crate::coordinator::group::Token) + Send + 'static,
         T: 'static,
     {
         let waiting = self
-            .call(group_id, move |_, runner| {
+            .call(group_id, move |owner, runner| {
                 let (token, rx) = runner.waiter();
-                f(runner, token);
+                f(owner, runner, token);
                 rx
             })
             .await;
@@ -86,7 +86,7 @@ impl GroupRouter for LocalGroups {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |runner, token| runner.with_state(|s, now| s.join(now, request, token)),
+            move |owner, runner, token| runner.with_state(|s, now| s.join(now, request, token, &owner.node.catalog)),
             |r| match r {
                 Response::Join(result) => Some(result),
                 _ => None,
@@ -98,7 +98,7 @@ impl GroupRouter for LocalGroups {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |runner, token| runner.with_state(|s, now| s.sync(now, request, token)),
+            move |_, runner, token| runner.with_state(|s, now| s.sync(now, request, token)),
             |r| match r {
                 Response::Sync(result) => Some(result),
                 _ => None,
@@ -120,7 +120,7 @@ impl GroupRouter for LocalGroups {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |runner, token| runner.with_state(|s, now| s.commit(now, request, token)),
+            move |_, runner, token| runner.with_state(|s, now| s.commit(now, request, token)),
             |r| match r {
                 Response::Commit(codes) => Some(codes),
                 _ => None,
@@ -166,7 +166,8 @@ impl GroupRouter for LocalGroups {
 
     fn delete_group(&self, group_id: String) -> Queued<'_, i16> {
         let group = group_id.clone();
-        let start = move |runner: &Rc<PartitionRunner>, token| runner.with_state(|s, now| s.delete_groups(now, &[group_id], token));
+        let start =
+            move |_: &Rc<Shard>, runner: &Rc<PartitionRunner>, token| runner.with_state(|s, now| s.delete_groups(now, &[group_id], token));
         Box::pin(self.call_waiting(group, start, |r| match r {
             Response::DeleteGroups(codes) => Some(codes.first().copied().unwrap_or(0)),
             _ => None,
