@@ -65,6 +65,9 @@ pub struct MemberView {
     pub instance_id: Option<String>,
     pub client_id: String,
     pub client_host: String,
+    /// The protocol the member speaks: `classic` (JoinGroup/SyncGroup), or `consumer` (KIP-848);
+    /// a consumer group holds classic members while it migrates.
+    pub protocol: &'static str,
     /// KIP-848: the member's epoch and reconciliation state.
     pub member_epoch: Option<i32>,
     pub member_state: Option<&'static str>,
@@ -232,6 +235,7 @@ pub fn detail(
                 instance_id: m.instance_id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
+                protocol: if m.classic.is_some() { "classic" } else { "consumer" },
                 member_epoch: Some(m.epoch),
                 member_state: Some(m.state.name()),
                 assignment: by_name(&m.assigned, &name),
@@ -249,6 +253,7 @@ pub fn detail(
                 instance_id: m.instance_id.clone(),
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
+                protocol: "classic",
                 member_epoch: None,
                 member_state: None,
                 assignment: if consumer { classic_assignment(&m.assignment) } else { Vec::new() },

@@ -2,9 +2,9 @@
 
 confluent-kafka 2.16 lists groups with their type (ListGroups v5: `ConsumerGroupListing.type`,
 filter `types=`) and describes a group with ConsumerGroupDescribe first, falling back to
-DescribeGroups when the coordinator answers GROUP_ID_NOT_FOUND (a classic group). A classic
-consumer (JoinGroup) cannot join a consumer group that has live KIP-848 members: corral answers
-INCONSISTENT_GROUP_PROTOCOL, which librdkafka reports as a consumer error.
+DescribeGroups when the coordinator answers GROUP_ID_NOT_FOUND (a classic group). With migration
+disabled, a classic consumer (JoinGroup) cannot join a consumer group that has live KIP-848
+members: corral answers INCONSISTENT_GROUP_PROTOCOL, which librdkafka reports as a consumer error.
 """
 
 from __future__ import annotations
@@ -114,8 +114,11 @@ def test_admin_lists_and_describes_consumer_groups(corral_factory, members):
     assert group not in listing(admin)
 
 
-def test_classic_consumer_cannot_join_a_live_consumer_group(corral_factory, members):
-    server = corral_factory(config=kip848.CONFIG)
+def test_classic_consumer_cannot_join_a_live_consumer_group_with_migration_disabled(corral_factory, members):
+    """groups.consumer_migration_policy = "disabled" keeps a group to one protocol (KAFKA-20640):
+    a classic consumer is refused by a live consumer group (with any other policy it joins it as
+    a classic member, test_group_migration.py)."""
+    server = corral_factory(config=kip848.CONFIG + 'consumer_migration_policy = "disabled"\n')
     b = server.bootstrap
     topic, group = unique("kip848-mixed"), unique("kip848-mixed")
     clients.create_topic(b, topic, partitions=PARTITIONS)
