@@ -19,7 +19,8 @@
 //! Layout: `bench/kafka.rs` is the reusable client connection (send a request, read the
 //! response frame by correlation id) and protocol helpers; each scenario has its own module;
 //! `bench/mux.rs` shares a connection among many simulated group members
-//! (`bench/group_classic.rs`, `bench/group_consumer.rs`, `bench/group_load.rs`), and
+//! (`bench/group_classic.rs`, `bench/group_consumer.rs`, `bench/group_load.rs`,
+//! `bench/group_migration.rs`), and
 //! `bench/groups_suite.rs` runs them.
 
 #[path = "bench/cluster.rs"]
@@ -36,6 +37,8 @@ mod group_classic;
 mod group_consumer;
 #[path = "bench/group_load.rs"]
 mod group_load;
+#[path = "bench/group_migration.rs"]
+mod group_migration;
 #[path = "bench/groups_suite.rs"]
 mod groups_suite;
 #[path = "bench/kafka.rs"]
@@ -203,8 +206,9 @@ enum GroupsCommand {
 struct GroupsSuiteArgs {
     #[command(flatten)]
     start: StartArgs,
-    /// Run only one half: `rebalance` (scenarios 1, 2, 6) or `load` (3, 4, 5).
-    #[arg(long, value_parser = ["rebalance", "load"])]
+    /// Run only one half: `rebalance` (scenarios 1, 2, 6, 7) or `load` (3, 4, 5); or only
+    /// `migration` (scenario 7).
+    #[arg(long, value_parser = ["rebalance", "load", "migration"])]
     only: Option<String>,
     /// Smoke test: 200 members, 1 repetition, 1,000 idle groups, 2 s runs.
     #[arg(long)]
@@ -362,6 +366,7 @@ impl GroupShape {
             json,
             rebalance: true,
             load: true,
+            migration_only: false,
             reps: self.reps.max(1),
             members: self.members.max(2),
             topics: self.topics.max(1),
@@ -602,6 +607,10 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
             match a.only.as_deref() {
                 Some("rebalance") => opts.load = false,
                 Some("load") => opts.rebalance = false,
+                Some("migration") => {
+                    opts.load = false;
+                    opts.migration_only = true;
+                }
                 _ => {}
             }
             groups_suite::run(&opts)

@@ -827,6 +827,12 @@ mod tests {
         let mut c = Config::default();
         c.kafka.advertised = "nohost".into();
         assert!(c.validate().unwrap_err().to_string().contains("kafka.advertised"));
+        let mut c = Config::default();
+        c.groups.consumer_migration_policy = "sideways".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("groups.consumer_migration_policy") && err.contains("\"downgrade\""), "{err}");
+        c.groups.consumer_migration_policy = "Upgrade".into();
+        assert_eq!(c.consumer_group_config().migration_policy, crate::coordinator::migration::MigrationPolicy::Upgrade);
     }
 
     #[test]

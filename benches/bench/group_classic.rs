@@ -697,6 +697,24 @@ impl ClassicGroup {
         }
     }
 
+    /// Waits until every member has synced a generation newer than the last one waited for,
+    /// moved by something outside the group's own members (a KIP-848 member joining or leaving a
+    /// group being migrated). `requests` is left to the caller.
+    pub(crate) async fn wait_next_generation(&mut self, t0: Instant, timeout: Duration) -> Result<RebalanceTiming> {
+        let generation = self.tracker.wait_synced(self.generation, t0 + timeout).await?;
+        self.generation = generation;
+        Ok(self.timing(t0, generation))
+    }
+
+    /// Heartbeats the members have sent so far.
+    pub(crate) fn heartbeats(&self) -> u64 {
+        self.tracker.tracks.borrow().iter().map(|t| t.heartbeats).sum()
+    }
+
+    pub(crate) fn generation(&self) -> i32 {
+        self.generation
+    }
+
     /// (member id, generation) of every active member.
     pub(crate) fn members(&self) -> Vec<(String, i32)> {
         self.tracker.tracks.borrow().iter().filter(|t| t.active).map(|t| (t.member_id.clone(), t.generation)).collect()

@@ -397,7 +397,30 @@ impl Drop for ConsumerGroup {
 }
 
 impl ConsumerGroup {
-    fn add_member(&mut self) -> usize {
+    /// A group without members yet, for members that join a group others run too (a classic
+    /// group being migrated): the convergence of [`ConsumerGroup::start`] does not apply there.
+    pub(crate) fn empty(spec: Rc<ConsumerSpec>, lanes: Rc<Lanes>) -> ConsumerGroup {
+        let tracker = Rc::new(Tracker::new(spec.topics.total));
+        ConsumerGroup { spec, lanes, tracker, tasks: Vec::new() }
+    }
+
+    /// (epoch, partitions owned) of member `idx`.
+    pub(crate) fn member(&self, idx: usize) -> (i32, usize) {
+        let tracks = self.tracker.tracks.borrow();
+        (tracks[idx].epoch, tracks[idx].owned.len())
+    }
+
+    /// Returns when a member was answered or failed.
+    pub(crate) async fn changed(&self) {
+        self.tracker.changed.notified().await
+    }
+
+    /// The first failure of a member, if any.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.tracker.failure.borrow().clone()
+    }
+
+    pub(crate) fn add_member(&mut self) -> usize {
         let member_id = Uuid::new_v4().simple().to_string();
         let idx = self.tracker.add(member_id.clone());
         let ctx = MemberCtx { idx, member_id, spec: self.spec.clone(), lanes: self.lanes.clone(), tracker: self.tracker.clone() };

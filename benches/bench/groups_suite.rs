@@ -7,7 +7,9 @@
 //! 1. classic, 1 topic: N members start (initial rebalance delay D applies) → all synced;
 //! 2. the same group: one member leaves; the others learn it from their heartbeats, and once
 //!    more with every member told at once (the coordinator's part alone);
-//! 6. classic and KIP-848 side by side on T topics × P partitions: start, one joins, one leaves.
+//! 6. classic and KIP-848 side by side on T topics × P partitions: start, one joins, one leaves;
+//! 7. migration (`group_migration`): N classic members, 1 topic; a KIP-848 member converts the
+//!    group, everyone settles, steady state before and after, then it leaves (back to classic).
 //!
 //! Load scenarios (server B): G groups × M members created and left idle (memory per member),
 //! a heartbeat storm for all of them (heartbeats/s, per shard and per server CPU second), and
@@ -26,6 +28,7 @@ use uuid::Uuid;
 use crate::group_classic::{register_topics, ClassicGroup, Discovery, GroupSpec, MemberConfig, RebalanceTiming, Versions};
 use crate::group_consumer::{ConsumerGroup, ConsumerSpec, ConvergeTiming, Topics};
 use crate::group_load::{self, describe_errors, CommitOpts, CommitRun, SetupOpts, StormOpts, StormRun};
+use crate::group_migration::{self, MigrationRun};
 use crate::kafka::{self, topic_name, KafkaConn};
 use crate::mux::Lanes;
 use crate::server::{process_cpu_time, ManagedServer};
@@ -36,6 +39,8 @@ use crate::wire::SocketOpts;
 const TARGET_START_BEYOND_DELAY: Duration = Duration::from_secs(1);
 const TARGET_HEARTBEATS_PER_CORE: f64 = 200_000.0;
 const TARGET_BYTES_PER_MEMBER: f64 = 2048.0;
+/// The steady-state windows of the migration scenario.
+const MIGRATION_WINDOW: Duration = Duration::from_secs(4);
 
 /// Server files kept for everything but the topics' partitions: `__consumer_offsets` (50
 /// partitions x 3), connections, the binary and its libraries.
@@ -51,6 +56,8 @@ pub(crate) struct GroupsOpts {
     /// Which halves to run.
     pub(crate) rebalance: bool,
     pub(crate) load: bool,
+    /// Of the rebalance scenarios, only the migration (7).
+    pub(crate) migration_only: bool,
     pub(crate) reps: usize,
     pub(crate) members: usize,
     pub(crate) topics: usize,
@@ -193,6 +200,7 @@ struct Results {
     single: Vec<CommitRun>,
     shards: usize,
     load_at: Vec<(String, f64)>,
+    migrations: Vec<MigrationRun>,
 }
 
 impl Results {
@@ -342,6 +350,7 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
     } else {
         opts.topics
     };
+    let topics = if opts.migration_only { 1 } else { topics };
     results.topics = topics;
     let all: Vec<(String, i32)> = (0..topics).map(|i| (format!("bench-t{i}"), opts.partitions_per_topic)).collect();
     let classic_topic = vec![all[0].clone()];
@@ -364,6 +373,10 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
 
     for rep in 0..opts.reps {
         let tag = format!("{}/{}", rep + 1, opts.reps);
+        if opts.migration_only {
+            migration(opts, &ids, &lanes, pid, rep, results).await?;
+            continue;
+        }
         // 1 and 2: classic, one topic.
         let spec = Rc::new(GroupSpec::new(format!("bench-classic-{rep}"), classic_topic.clone(), opts.member_config())?);
         let ((mut group, start), cpu) = with_cpu(pid, ClassicGroup::start(spec.clone(), lanes.clone(), n, timeout)).await?;
@@ -443,7 +456,50 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
             ..EventRun::default()
         });
         group.stop().await?;
+
+        migration(opts, &ids, &lanes, pid, rep, results).await?;
     }
+    Ok(())
+}
+
+/// Scenario 7: a classic group on the first topic migrated to KIP-848 and back.
+async fn migration(
+    opts: &GroupsOpts,
+    ids: &[(String, Uuid, i32)],
+    lanes: &Rc<Lanes>,
+    pid: Option<u32>,
+    rep: usize,
+    results: &mut Results,
+) -> Result<()> {
+    let group_id = format!("bench-migrate-{rep}");
+    let (topic, _, partitions) = &ids[0];
+    let classic = Rc::new(GroupSpec::new(group_id.clone(), vec![(topic.clone(), *partitions)], opts.member_config())?);
+    let consumer = Rc::new(ConsumerSpec {
+        group_id,
+        topics: Rc::new(Topics::new(&ids[..1])),
+        rebalance_timeout_ms: opts.rebalance_timeout_ms,
+        assignor: opts.assignor.clone(),
+        version: 1,
+    });
+    let run = group_migration::run(classic, consumer, lanes.clone(), opts.members, pid, MIGRATION_WINDOW, opts.timeout).await?;
+    let per_beat = |s: &group_migration::Steady| fmt(s.cpu_us_per_heartbeat(), 1);
+    eprintln!(
+        "  migration {}/{}: {} classic members (generation {}): converted in {:.1} ms (server CPU {} s), settled at epoch {} in {:.1} ms \
+         ({} requests); server CPU per heartbeat {} us classic, {} us mixed; back to classic in {:.1} ms",
+        rep + 1,
+        opts.reps,
+        run.members,
+        run.classic_generation,
+        ms(run.convert),
+        fmt(run.convert_cpu, 3),
+        run.epoch,
+        ms(run.settle),
+        run.settle_requests,
+        per_beat(&run.classic),
+        per_beat(&run.mixed),
+        ms(run.downgrade),
+    );
+    results.migrations.push(run);
     Ok(())
 }
 
@@ -576,6 +632,48 @@ fn print_header(opts: &GroupsOpts, server: &str) {
     );
 }
 
+fn print_migrations(opts: &GroupsOpts, runs: &[MigrationRun]) {
+    let med = |f: &dyn Fn(&MigrationRun) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    println!();
+    println!(
+        "Migration (scenario 7): {} classic members, 1 topic x {} partitions, classic heartbeats every {} ms; medians over {} runs",
+        opts.members,
+        opts.partitions_per_topic,
+        opts.heartbeat_interval.as_millis(),
+        runs.len()
+    );
+    println!(
+        "  conversion (the KIP-848 member's first heartbeat converts the group): {} ms, server CPU {} s",
+        fmt(med(&|m| Some(ms(m.convert))), 1),
+        fmt(med(&|m| m.convert_cpu), 3)
+    );
+    println!(
+        "  settled (every classic member synced the new epoch, the KIP-848 member owns the rest): {} ms, server CPU {} s, {} requests",
+        fmt(med(&|m| Some(ms(m.settle))), 1),
+        fmt(med(&|m| m.settle_cpu), 3),
+        fmt(med(&|m| Some(m.settle_requests as f64)), 0)
+    );
+    let classic = med(&|m| m.classic.cpu_us_per_heartbeat());
+    let mixed = med(&|m| m.mixed.cpu_us_per_heartbeat());
+    println!(
+        "  steady state over {} s: {} heartbeats/s classic, {} mixed; server CPU per heartbeat {} us classic, {} us mixed (mixed / classic {})",
+        MIGRATION_WINDOW.as_secs(),
+        fmt(med(&|m| Some(m.classic.heartbeats as f64 / m.classic.seconds)), 0),
+        fmt(med(&|m| Some(m.mixed.heartbeats as f64 / m.mixed.seconds)), 0),
+        fmt(classic, 1),
+        fmt(mixed, 1),
+        fmt(classic.zip(mixed).map(|(c, m)| m / c), 2)
+    );
+    println!(
+        "  back to classic (the KIP-848 member leaves; the classic group rebalances): {} ms, server CPU {} s",
+        fmt(med(&|m| Some(ms(m.downgrade))), 1),
+        fmt(med(&|m| m.downgrade_cpu), 3)
+    );
+}
+
 fn fmt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
@@ -655,6 +753,9 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
                 fmt(cpu.map(|c| c / 2.0), 3)
             );
         }
+    }
+    if !r.migrations.is_empty() {
+        print_migrations(opts, &r.migrations);
     }
     if let Some(setup) = &r.setup {
         println!();
@@ -804,6 +905,7 @@ fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
         "topic_creation_seconds": r.topic_creation_seconds,
         "topics_used": r.topics,
         "rebalances": rows,
+        "migration": r.migrations.iter().map(MigrationRun::to_json).collect::<Vec<_>>(),
         "idle_members": setup,
         "heartbeat_storm": storms,
         "commits": commits(&r.commits),
