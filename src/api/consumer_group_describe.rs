@@ -72,7 +72,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                                     .with_subscribed_topic_names(
                                         m.subscribed_names.into_iter().map(|n| TopicName(StrBytes::from_string(n))).collect(),
                                     )
-                                    .with_subscribed_topic_regex(m.subscribed_regex.map(StrBytes::from_string))
+                                    // Kafka 4.4 describes "no regex" as "", not null.
+                                    .with_subscribed_topic_regex(Some(StrBytes::from_string(m.subscribed_regex.unwrap_or_default())))
                                     .with_assignment(assignment(m.assignment))
                                     .with_target_assignment(assignment(m.target));
                                 if version >= 1 {

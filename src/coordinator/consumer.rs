@@ -26,6 +26,19 @@ const NONE: i16 = 0;
 /// One partition of one topic.
 type Tp = (Uuid, i32);
 
+/// A member id made by the coordinator (ConsumerGroupHeartbeat v0, a classic member joining a
+/// consumer group), in the form of Kafka's `Uuid.randomUuid().toString()`: 16 random bytes in
+/// URL-safe base64 without padding, never starting with '-'.
+pub(super) fn new_member_id() -> String {
+    use base64::Engine;
+    loop {
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Uuid::new_v4().as_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
 /// Epoch a member sends to leave.
 pub const LEAVE_EPOCH: i32 = -1;
 /// Epoch a static member sends to leave temporarily (it keeps its partitions).
@@ -182,10 +195,12 @@ pub struct ConsumerGroup {
 
 impl ConsumerGroup {
     pub(super) fn new(id: String, now: i64) -> ConsumerGroup {
+        // Kafka 4.4 starts both epochs of a new group at 1: its first member's join moves the
+        // group to 2, and a member of a group whose inputs never moved holds epoch 1.
         ConsumerGroup {
             id,
-            group_epoch: 0,
-            assignment_epoch: 0,
+            group_epoch: 1,
+            assignment_epoch: 1,
             members: IndexMap::new(),
             static_members: HashMap::new(),
             target: HashMap::new(),
@@ -194,7 +209,7 @@ impl ConsumerGroup {
             resolved_regex: HashMap::new(),
             topics_checked: None,
             state_timestamp: now,
-            converged_epoch: 0,
+            converged_epoch: 1,
         }
     }
 
@@ -477,7 +492,7 @@ impl CoordinatorState {
         let mut records = Vec::new();
 
         // 2–3. The member.
-        let member_id = if r.member_id.is_empty() { Uuid::new_v4().to_string() } else { r.member_id.clone() };
+        let member_id = if r.member_id.is_empty() { new_member_id() } else { r.member_id.clone() };
         let known = group.members.contains_key(&member_id);
         if !known
             && r.member_epoch == 0
@@ -906,10 +921,10 @@ pub(super) fn apply_member_changes(
     if !known {
         out.event(now, GroupEvent::MemberJoined { group: group.id.clone(), kind: GroupKind::Consumer, member: member_id.to_string() });
     }
-    if bump || group.group_epoch == 0 {
+    if bump {
         let member = member_id.to_string();
         let cause = match &r.instance_id {
-            _ if group.group_epoch == 0 => RebalanceCause::GroupCreated { member },
+            _ if !known && group.members.len() == 1 => RebalanceCause::GroupCreated { member },
             Some(instance) if replaced_static => RebalanceCause::StaticMemberReplaced { instance: instance.clone(), member },
             _ if !known => RebalanceCause::MemberJoined { member },
             _ if subscription_changed => RebalanceCause::MetadataChanged { member },

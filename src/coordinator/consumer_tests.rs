@@ -204,12 +204,13 @@ fn a_first_member_gets_every_partition() {
     let mut h = Harness::new();
     let t = h.topics.add("orders", 6);
     let a = h.join("a", &["orders"]);
-    assert_eq!((a.error, a.epoch, a.interval_ms), (NONE, 1, 1_000));
+    // Kafka 4.4: a new group is at epoch 1; its first member moves it to 2.
+    assert_eq!((a.error, a.epoch, a.interval_ms), (NONE, 2, 1_000));
     assert_eq!(a.member_id.as_deref(), Some("a"));
     assert_eq!(a.assignment.unwrap()[&t].len(), 6);
     // A steady heartbeat: same epoch, assignment unchanged (null).
     let again = h.beat("a");
-    assert_eq!((again.epoch, again.assignment), (1, None));
+    assert_eq!((again.epoch, again.assignment), (2, None));
 }
 
 #[test]
@@ -219,16 +220,16 @@ fn partitions_move_only_after_their_owner_revokes_them() {
     h.join("a", &["orders"]);
     let b = h.join("b", &["orders"]);
     // b's target includes partitions a still owns: it gets nothing yet.
-    assert_eq!(b.epoch, 2);
+    assert_eq!(b.epoch, 3);
     assert!(b.assignment.unwrap().get(&t).is_none_or(|s| s.is_empty()));
     h.check_exclusive();
     // a learns it must give up half: its assignment shrinks, its epoch waits.
     let a = h.beat("a");
-    assert_eq!(a.epoch, 1, "epoch advances only once revocation is acknowledged");
+    assert_eq!(a.epoch, 2, "epoch advances only once revocation is acknowledged");
     assert_eq!(h.count("a"), 3);
-    // a now reports owning only its 3: epoch 2; then b gets the released ones.
+    // a now reports owning only its 3: epoch 3; then b gets the released ones.
     let a = h.beat("a");
-    assert_eq!(a.epoch, 2);
+    assert_eq!(a.epoch, 3);
     let b = h.beat("b");
     assert_eq!(b.assignment.unwrap()[&t].len(), 3);
     h.converge();
@@ -238,7 +239,7 @@ fn partitions_move_only_after_their_owner_revokes_them() {
     let causes: Vec<_> = h.rebalances().into_iter().map(|r| (r.cause, r.generation_after, r.members_after)).collect();
     assert_eq!(
         causes,
-        vec![(RebalanceCause::GroupCreated { member: "a".into() }, 1, 1), (RebalanceCause::MemberJoined { member: "b".into() }, 2, 2)]
+        vec![(RebalanceCause::GroupCreated { member: "a".into() }, 2, 1), (RebalanceCause::MemberJoined { member: "b".into() }, 3, 2)]
     );
 }
 
@@ -299,7 +300,7 @@ fn a_member_that_does_not_revoke_in_time_is_fenced() {
     h.join("b", &["orders"]);
     // a is told to revoke but keeps reporting everything it owned.
     let stale = h.owned["a"].clone();
-    let mut r = h.request("a", 1);
+    let mut r = h.request("a", 2);
     r.owned = Some(stale.clone());
     h.send(r);
     assert!(h.state.consumer_groups["g"].members["a"].rebalance_deadline.is_some());
@@ -308,7 +309,7 @@ fn a_member_that_does_not_revoke_in_time_is_fenced() {
         h.advance_to(h.now + 1_000);
         h.beat("b");
         if h.state.consumer_groups["g"].members.contains_key("a") {
-            let mut r = h.request("a", 1);
+            let mut r = h.request("a", 2);
             r.owned = Some(stale.clone());
             h.send(r);
         }
@@ -505,10 +506,10 @@ fn offsets_of_consumer_groups_check_the_member_epoch() {
             })
         })
     };
-    assert_eq!(commit(&mut h, 1, 9, "a"), Some(NONE));
-    assert_eq!(commit(&mut h, 0, 9, "a"), Some(ResponseError::StaleMemberEpoch.code()));
-    assert_eq!(commit(&mut h, 1, 8, "a"), Some(ResponseError::UnsupportedVersion.code()));
-    assert_eq!(commit(&mut h, 1, 9, "zz"), Some(ResponseError::UnknownMemberId.code()));
+    assert_eq!(commit(&mut h, 2, 9, "a"), Some(NONE));
+    assert_eq!(commit(&mut h, 1, 9, "a"), Some(ResponseError::StaleMemberEpoch.code()));
+    assert_eq!(commit(&mut h, 2, 8, "a"), Some(ResponseError::UnsupportedVersion.code()));
+    assert_eq!(commit(&mut h, 2, 9, "zz"), Some(ResponseError::UnknownMemberId.code()));
     assert_eq!(h.state.fetch_offsets("g", None)[0].1[0].1, 7);
     assert_eq!(h.state.validate_fetch_member("g", Some("a"), 0), Err(ResponseError::StaleMemberEpoch));
     assert_eq!(h.state.validate_fetch_member("g", None, -1), Ok(()));

@@ -22,8 +22,8 @@ use uuid::Uuid;
 use super::classic::LeaveResult;
 use super::classic::{prepare_rebalance, set_state};
 use super::consumer::{
-    apply_member_changes, flatten, member_tombstones, subscription_metadata, to_topic_partitions, ConsumerGroup, ConsumerHeartbeat,
-    ConsumerMember, MemberChange, MemberState, TopicView,
+    apply_member_changes, flatten, member_tombstones, new_member_id, subscription_metadata, to_topic_partitions, ConsumerGroup,
+    ConsumerHeartbeat, ConsumerMember, MemberChange, MemberState, TopicView,
 };
 use super::consumer_protocol;
 use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
@@ -305,7 +305,7 @@ impl CoordinatorState {
         let cfg = self.consumer.clone();
         let group = &self.consumer_groups[&request.group_id];
         let unknown = request.member_id.is_empty();
-        let member_id = if unknown { Uuid::new_v4().to_string() } else { request.member_id.clone() };
+        let member_id = if unknown { new_member_id() } else { request.member_id.clone() };
         let static_owner = request.instance_id.as_ref().and_then(|i| group.static_members.get(i)).cloned();
         if !group.members.contains_key(&member_id) && static_owner.is_none() && group.members.len() >= cfg.max_size {
             return fail(self, ResponseError::GroupMaxSizeReached, &member_id);

@@ -1,7 +1,8 @@
 """A minimal hand-written Kafka wire encoder/decoder for raw-socket tests.
 
-Only what the hostile-input tests need: request framing (header v1, non-flexible versions), a v2
-record batch with CRC-32C, and decoders for the few responses they read. Written from the Kafka
+Only what the raw-socket tests need: request framing (header v1 for non-flexible versions, header
+v2 and the compact forms of flexible ones), a v2 record batch with CRC-32C, and decoders for the
+few responses they read. Written from the Kafka
 protocol specification, independently of corral's code and of the client libraries.
 """
 
@@ -46,6 +47,38 @@ def nbytes(b: bytes | None) -> bytes:
 
 def array(items: list[bytes]) -> bytes:
     return i32(len(items)) + b"".join(items)
+
+
+def uvarint(n: int) -> bytes:
+    """Unsigned varint (the lengths of flexible versions' compact forms)."""
+    assert n >= 0
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def compact_string(s: str | None) -> bytes:
+    if s is None:
+        return uvarint(0)
+    data = s.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def compact_bytes(b: bytes) -> bytes:
+    return uvarint(len(b) + 1) + b
+
+
+def compact_array(items: list[bytes] | None) -> bytes:
+    if items is None:
+        return uvarint(0)
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+# An empty tagged-field section.
+NO_TAGS = uvarint(0)
 
 
 def varint(v: int) -> bytes:
@@ -137,6 +170,13 @@ API_API_VERSIONS = 18
 def request(api_key: int, api_version: int, correlation_id: int, body: bytes, client_id: str = "corral-e2e-raw") -> bytes:
     """A framed request with header v1 (for non-flexible versions)."""
     payload = i16(api_key) + i16(api_version) + i32(correlation_id) + string(client_id) + body
+    return i32(len(payload)) + payload
+
+
+def flexible_request(api_key: int, api_version: int, correlation_id: int, body: bytes, client_id: str = "corral-e2e-raw") -> bytes:
+    """A framed request with header v2 (flexible versions): header v1, then an empty tagged-field
+    section; the client id stays a non-compact nullable string."""
+    payload = i16(api_key) + i16(api_version) + i32(correlation_id) + string(client_id) + NO_TAGS + body
     return i32(len(payload)) + payload
 
 

@@ -169,28 +169,16 @@ def test_huge_group_ids_get_answers_and_the_server_stays_up(server):
         assert fetched == {(topic, 0): (42, gw.NONE)}
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
-def compact_string(s: str | None) -> bytes:
-    if s is None:
-        return uvarint(0)
-    data = s.encode()
-    return uvarint(len(data) + 1) + data
 
 
 def join_group_v6(corr: int, group: str, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bytes:
     """JoinGroup v6 (flexible: compact strings, so a string may be longer than 32,767 bytes)."""
-    body = compact_string(group) + kw.i32(10000) + kw.i32(10000) + compact_string("") + compact_string(None)
-    body += compact_string(protocol_type) + uvarint(len(protocols) + 1)
+    body = kw.compact_string(group) + kw.i32(10000) + kw.i32(10000) + kw.compact_string("") + kw.compact_string(None)
+    body += kw.compact_string(protocol_type) + kw.uvarint(len(protocols) + 1)
     for name, metadata in protocols:
-        body += compact_string(name) + uvarint(len(metadata) + 1) + metadata + b"\x00"
+        body += kw.compact_string(name) + kw.uvarint(len(metadata) + 1) + metadata + b"\x00"
     body += b"\x00"  # tagged fields
     header = kw.i16(gw.JOIN_GROUP) + kw.i16(6) + kw.i32(corr) + kw.string("corral-e2e-raw") + b"\x00"
     return kw.i32(len(header) + len(body)) + header + body

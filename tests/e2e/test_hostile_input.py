@@ -172,20 +172,8 @@ def test_metadata_array_length_far_beyond_frame(target):
     assert_still_serves(server, topic, witness)
 
 
-def uvarint(v: int) -> bytes:
-    """Unsigned varint (compact lengths of flexible versions)."""
-    out = bytearray()
-    while True:
-        byte, v = v & 0x7F, v >> 7
-        if not v:
-            return bytes(out + bytes([byte]))
-        out.append(byte | 0x80)
 
 
-def flexible_request(api_key: int, api_version: int, correlation_id: int, body: bytes) -> bytes:
-    """A framed request with header v2: header v1 and an empty tagged-field section."""
-    payload = kw.i16(api_key) + kw.i16(api_version) + kw.i32(correlation_id) + kw.string("corral-e2e-raw") + uvarint(0) + body
-    return kw.i32(len(payload)) + payload
 
 
 # Each declares far more elements or bytes than its frame holds. The suite runs corral under an
@@ -193,14 +181,14 @@ def flexible_request(api_key: int, api_version: int, correlation_id: int, body: 
 # claims would abort the process, not just grow it lazily.
 HUGE_PREFIXES = {
     # Metadata v9 (flexible): topics as a compact array of 0x7FFFFFF0 - 1 entries.
-    "compact-array": flexible_request(kw.API_METADATA, 9, 48, uvarint(0x7FFFFFF0) + b"\x00" * 8),
+    "compact-array": kw.flexible_request(kw.API_METADATA, 9, 48, kw.uvarint(0x7FFFFFF0) + b"\x00" * 8),
     # Metadata v1: topics as an array of 2^31 - 16 entries.
     "array": kw.request(kw.API_METADATA, 1, 48, kw.i32(0x7FFFFFF0) + kw.string("a")),
     # Produce v3: transactional id null, acks, timeout, one topic whose one partition's records
     # claim 2 GiB.
     "bytes": kw.request(kw.API_PRODUCE, 3, 48, kw.i16(-1) + kw.i16(1) + kw.i32(1000) + kw.i32(1) + kw.string("t") + kw.i32(1) + kw.i32(0) + kw.i32(0x7FFFFFF0)),
     # FindCoordinator v4 (flexible): a compact array of coordinator keys, 2^32 - 2 entries.
-    "compact-array-of-strings": flexible_request(10, 4, 48, kw.i8(0) + uvarint(0xFFFFFFFF) + uvarint(2) + b"g"),
+    "compact-array-of-strings": kw.flexible_request(10, 4, 48, kw.i8(0) + kw.uvarint(0xFFFFFFFF) + kw.uvarint(2) + b"g"),
 }
 
 

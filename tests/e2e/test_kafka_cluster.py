@@ -19,30 +19,16 @@ CONSUMER_GROUP_HEARTBEAT = 68
 UNSUPPORTED_VERSION = 35
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
-def compact_string(s: str | None) -> bytes:
-    if s is None:
-        return uvarint(0)
-    b = s.encode()
-    return uvarint(len(b) + 1) + b
 
 
 def consumer_group_heartbeat_error(address: str, group: str) -> int:
     """The error code of a KIP-848 join (ConsumerGroupHeartbeat v0, epoch 0, flexible: request
     header v2, response header v1) sent to `address`."""
-    header = kw.i16(CONSUMER_GROUP_HEARTBEAT) + kw.i16(0) + kw.i32(7) + kw.string("corral-e2e-raw") + uvarint(0)
-    body = compact_string(group) + compact_string("") + kw.i32(0) + compact_string(None) + compact_string(None) + kw.i32(30000)
-    body += uvarint(2) + compact_string("t") + compact_string(None) + uvarint(1) + uvarint(0)
+    header = kw.i16(CONSUMER_GROUP_HEARTBEAT) + kw.i16(0) + kw.i32(7) + kw.string("corral-e2e-raw") + kw.uvarint(0)
+    body = kw.compact_string(group) + kw.compact_string("") + kw.i32(0) + kw.compact_string(None) + kw.compact_string(None) + kw.i32(30000)
+    body += kw.uvarint(2) + kw.compact_string("t") + kw.compact_string(None) + kw.uvarint(1) + kw.uvarint(0)
     c = kw.Conn(address)
     try:
         c.send(kw.i32(len(header) + len(body)) + header + body)
