@@ -51,14 +51,20 @@ impl CoordinatorState {
         if !(cfg.min_session_timeout_ms..=cfg.max_session_timeout_ms).contains(&request.session_timeout_ms) {
             return out.reply(token, Response::Join(JoinResult::error(ResponseError::InvalidSessionTimeout, &request.member_id)));
         }
-        // A KIP-848 group of this id: an empty one gives way; a live one takes the member as a
-        // classic member of the consumer group (§6.10).
+        // A KIP-848 group of this id: a live one takes the member as a classic member of the
+        // consumer group (§6.10), unless the member is the new incarnation of the group's last
+        // consumer-protocol member, which turns the group classic; an empty one gives way.
         if let Some(consumer) = self.consumer_groups.get(&request.group_id) {
-            if !consumer.members.is_empty() {
+            let replaced = request.instance_id.as_ref().filter(|_| request.member_id.is_empty());
+            let replaced = replaced.and_then(|instance| consumer.static_members.get(instance)).cloned();
+            let live = !consumer.members.is_empty();
+            if live && !replaced.is_some_and(|old| self.downgrade_for_static_replacement(now, &request.group_id, &old)) {
                 return self.join_consumer_group(now, request, token, topics);
             }
-            let records = self.delete_consumer_group(&request.group_id);
-            self.out.append(records, Continuation::Nothing);
+            if self.consumer_groups.get(&request.group_id).is_some_and(|g| g.members.is_empty()) {
+                let records = self.delete_consumer_group(&request.group_id);
+                self.out.append(records, Continuation::Nothing);
+            }
         }
         let created = !self.groups.contains_key(&request.group_id);
         if created && !request.member_id.is_empty() {

@@ -291,6 +291,25 @@ impl CoordinatorState {
         true
     }
 
+    /// A classic JoinGroup of the static member `replaced` holds: when that is the group's last
+    /// consumer-protocol member, the group turns classic now (Kafka's
+    /// `validateOnlineDowngradeWithReplacedMember`) and the join is served by the classic group,
+    /// which rebalances. True if the consumer group is gone or empty.
+    pub(super) fn downgrade_for_static_replacement(&mut self, now: i64, group_id: &str, replaced: &str) -> bool {
+        let Some(group) = self.consumer_groups.get(group_id) else { return false };
+        let Some(member) = group.members.get(replaced) else { return false };
+        let others_classic = group.members.values().filter(|m| m.id != replaced).all(|m| m.classic.is_some());
+        if member.classic.is_some() || !others_classic || !self.consumer.migration_policy.downgrades() {
+            return false;
+        }
+        if group.members.len() == 1 {
+            // Nobody else: the group empties and gives way to a classic one.
+            self.remove_consumer_member(now, group_id, replaced, Departure::Replaced);
+            return true;
+        }
+        self.downgrade_without(now, group_id, replaced, Departure::Replaced)
+    }
+
     /// JoinGroup into a non-empty consumer group: the member joins as a classic-protocol member
     /// of the consumer group (Kafka's `classicGroupJoinToConsumerGroup`). Answered once its
     /// records are stored.

@@ -532,3 +532,55 @@ fn replay(log: &[GroupRecord]) -> CoordinatorState {
     }
     state
 }
+
+#[test]
+fn a_classic_static_member_replacing_the_last_consumer_member_turns_the_group_classic() {
+    let mut m = Mixed::new();
+    m.classic_group(&["a", "b"]);
+    // c, a static KIP-848 member, converts the group.
+    let mut r = m.h.request("c", 0);
+    r.instance_id = Some("pod-c".into());
+    r.subscribed_names = Some(vec![TOPIC.into()]);
+    r.owned = Some(Default::default());
+    let answer = m.h.send(r);
+    assert_eq!(answer.error, NONE);
+    m.h.absorb("c", &answer);
+    m.converge();
+    // pod-c restarts with the classic protocol: the group is classic again and rebalances; the
+    // new incarnation's JoinGroup waits for the others, as in any classic rebalance.
+    let mut request = m.join_request("c-again", &Vec::new());
+    request.instance_id = Some("pod-c".into());
+    m.next_token += 1;
+    let token = m.next_token;
+    m.h.state.join(m.h.now, request, token, &m.h.topics);
+    m.h.settle();
+    assert!(!m.h.state.consumer_groups.contains_key("g"));
+    let g = &m.h.state.groups["g"];
+    assert!(g.is(super::group::GroupState::PreparingRebalance));
+    assert_eq!(g.members.len(), 3);
+    assert!(m.reply(token).is_none(), "parked until a and b re-join");
+    let (_, first) = m.send_join("a");
+    assert!(first.is_none());
+    let (_, last) = m.send_join("b");
+    let last = last.expect("the join phase completes");
+    let Some(Response::Join(c)) = m.reply(token) else { panic!("the static member's join is answered") };
+    assert_eq!((c.error, last.error, c.generation), (NONE, NONE, last.generation));
+
+    // With a member that is not the last consumer-protocol one, it joins as a classic member.
+    let mut m = Mixed::new();
+    m.classic_group(&["a", "b"]);
+    assert_eq!(m.consumer_join("c"), NONE);
+    let mut r = m.h.request("d", 0);
+    r.instance_id = Some("pod-d".into());
+    r.subscribed_names = Some(vec![TOPIC.into()]);
+    r.owned = Some(Default::default());
+    assert_eq!(m.h.send(r).error, NONE);
+    let mut request = m.join_request("d-again", &Vec::new());
+    request.instance_id = Some("pod-d".into());
+    m.next_token += 1;
+    m.h.state.join(m.h.now, request, m.next_token, &m.h.topics);
+    m.h.settle();
+    let g = &m.h.state.consumer_groups["g"];
+    let d = &g.members[&g.static_members["pod-d"]];
+    assert!(d.classic.is_some(), "pod-d is a classic member of the consumer group now");
+}
