@@ -584,3 +584,28 @@ fn a_classic_static_member_replacing_the_last_consumer_member_turns_the_group_cl
     let d = &g.members[&g.static_members["pod-d"]];
     assert!(d.classic.is_some(), "pod-d is a classic member of the consumer group now");
 }
+
+#[test]
+fn conversions_that_would_not_fit_are_not_made() {
+    // Upgrade: the conversion's records must fit one batch, or the group stays classic.
+    let mut m = Mixed::new();
+    m.classic_group(&["a", "b"]);
+    m.h.state.config.max_batch_bytes = 200;
+    let mut r = m.h.request("c", 0);
+    r.subscribed_names = Some(vec![TOPIC.into()]);
+    r.owned = Some(Default::default());
+    assert_eq!(m.h.send(r).error, ResponseError::GroupIdNotFound.code());
+    assert!(m.h.state.groups["g"].is(super::group::GroupState::Stable));
+
+    // Downgrade: more classic members than groups.max_size allows stay in the consumer group.
+    let mut m = Mixed::new();
+    m.classic_group(&["a", "b"]);
+    assert_eq!(m.consumer_join("c"), NONE);
+    m.converge();
+    m.h.state.config.max_size = 1;
+    let mut leave = m.h.request("c", -1);
+    leave.member_epoch = -1;
+    assert_eq!(m.h.send(leave).error, NONE);
+    let g = &m.h.state.consumer_groups["g"];
+    assert_eq!((g.members.len(), m.h.state.groups.contains_key("g")), (2, false));
+}
