@@ -215,7 +215,7 @@ impl CoordinatorState {
         };
         let mut records = vec![GroupRecord::Group { group: group_id.to_string(), value: None }];
         records.extend(Self::consumer_group_records(&group));
-        if batch_bytes(&records) > self.config.max_batch_bytes {
+        if batch_bytes(&records) > self.config.max_group_batch_bytes {
             return refuse("its records do not fit one __consumer_offsets batch");
         }
         // Parked requests of the classic group are told to re-join, now into the consumer group.
@@ -263,7 +263,7 @@ impl CoordinatorState {
         records.push(GroupRecord::TargetEpoch { group: group_id.to_string(), epoch: None });
         records.push(GroupRecord::ConsumerGroup { group: group_id.to_string(), epoch: None });
         records.push(CoordinatorState::group_record(&classic, None));
-        if batch_bytes(&records) > self.config.max_batch_bytes {
+        if batch_bytes(&records) > self.config.max_group_batch_bytes {
             tracing::info!(group = %group_id, "consumer group not downgraded to a classic group: its records do not fit one __consumer_offsets batch");
             return false;
         }

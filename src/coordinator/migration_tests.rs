@@ -590,7 +590,7 @@ fn conversions_that_would_not_fit_are_not_made() {
     // Upgrade: the conversion's records must fit one batch, or the group stays classic.
     let mut m = Mixed::new();
     m.classic_group(&["a", "b"]);
-    m.h.state.config.max_batch_bytes = 200;
+    m.h.state.config.max_group_batch_bytes = 200;
     let mut r = m.h.request("c", 0);
     r.subscribed_names = Some(vec![TOPIC.into()]);
     r.owned = Some(Default::default());

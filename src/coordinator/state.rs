@@ -50,8 +50,14 @@ pub struct GroupConfig {
     /// How long a new member may take to complete its first join (KAFKA-7610; Kafka: 5 min).
     pub new_member_join_timeout_ms: i64,
     /// The largest record batch of `__consumer_offsets` (Kafka applies the broker's
-    /// `message.max.bytes` to it): a write that must be atomic and does not fit is refused.
+    /// `message.max.bytes` to it): an offset commit that does not fit is refused, and writes that
+    /// may be split are split to it.
     pub max_batch_bytes: usize,
+    /// The largest atomic write of group metadata (a classic group's assignment, a conversion
+    /// between protocols). It follows from what one Raft entry carries, not from user topics'
+    /// `max.message.bytes`: the metadata of a group of 10,000 members is over 1 MB, and the
+    /// coordinator's log is corral's own.
+    pub max_group_batch_bytes: usize,
 }
 
 impl Default for GroupConfig {
@@ -67,6 +73,7 @@ impl Default for GroupConfig {
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             new_member_join_timeout_ms: 300_000,
             max_batch_bytes: 1_048_588,
+            max_group_batch_bytes: crate::raft::MAX_COMMAND_BYTES,
         }
     }
 }
@@ -429,6 +436,15 @@ impl CoordinatorState {
     /// as Kafka's non-atomic coordinator writes. A commit or a group's assignment is all or nothing.
     pub fn may_split(&self, id: u64) -> bool {
         matches!(self.out.continuations.get(&id), Some(Continuation::Nothing) | None)
+    }
+
+    /// The largest batch append `id` may be written in when it must be atomic: an offset commit
+    /// keeps Kafka's `max.message.bytes`; group metadata has the coordinator's own bound.
+    pub fn atomic_bound(&self, id: u64) -> usize {
+        match self.out.continuations.get(&id) {
+            Some(Continuation::Commit { .. }) => self.config.max_batch_bytes,
+            _ => self.config.max_group_batch_bytes,
+        }
     }
 
     /// The group's metadata record, as written at SyncGroup completion.

@@ -621,9 +621,10 @@ fn a_failed_assignment_write_rebalances() {
     assert_eq!(h.state_of("g"), GroupState::PreparingRebalance);
 }
 
-/// An assignment too large for one `__consumer_offsets` batch (refused by the shell before it is
+/// An assignment too large for the coordinator's log (refused by the shell before it is
 /// proposed) fails the SyncGroup with UNKNOWN_SERVER_ERROR, as Kafka's coordinator does, and the
-/// group rebalances; may_split says the write is atomic.
+/// group rebalances; may_split says the write is atomic, and its bound is the coordinator's own,
+/// not a user topic's batch.
 #[test]
 fn an_assignment_too_large_to_write_fails_the_sync_with_unknown_server_error() {
     let mut h = Harness::new();
@@ -634,6 +635,8 @@ fn an_assignment_too_large_to_write_fails_the_sync_with_unknown_server_error() {
     let t = h.sync("g", &id, gen, vec![(id.clone(), Bytes::from(vec![0u8; 2 << 20]))]);
     let append = h.held.pop().unwrap();
     assert!(!h.state.may_split(append), "a group's assignment is written whole or not at all");
+    assert_eq!(h.state.atomic_bound(append), h.state.config.max_group_batch_bytes);
+    assert!(h.state.config.max_group_batch_bytes > 2 << 20, "2 MiB of group metadata is stored");
     h.state.appended(h.now, append, Some(ResponseError::RecordListTooLarge));
     h.settle();
     assert_eq!(h.sync_reply(t).error, ResponseError::UnknownServerError.code());

@@ -1,13 +1,19 @@
-"""Group writes larger than one `__consumer_offsets` batch, from real clients: refused with
-Kafka's codes before they reach the coordinator's Raft log, so the coordinator partition keeps
-serving and the node starts again (a committed entry it cannot apply would stop both)."""
+"""Group writes larger than one `__consumer_offsets` batch, from real clients. An offset commit
+over `max.message.bytes` is refused with Kafka's code; group metadata goes up to the bound of the
+coordinator's own log and is refused beyond it. Either refusal comes before the Raft log, so the
+coordinator partition keeps serving and the node starts again (a committed entry it cannot apply
+would stop both)."""
 
 from __future__ import annotations
+
+import struct
+import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 import clients
 import groupwire as gw
+from cluster import offsets_partition
 from groups import GROUP_CONFIG, unique
 
 PARTITIONS = 300
@@ -57,14 +63,62 @@ def test_an_oversized_offset_commit_is_refused_and_the_coordinator_keeps_serving
         c.close()
 
 
-def test_an_assignment_too_large_to_store_fails_sync_group_and_the_group_recovers(corral_factory):
+def group_metadata_value(bootstrap: str, group: str) -> bytes | None:
+    """The group's latest metadata record (key type 2) in `__consumer_offsets`, read by a Kafka
+    client (confluent-kafka) from the start of the group's partition to its end."""
+    partition = offsets_partition(group, 50)
+    _, high = clients.watermarks(bootstrap, "__consumer_offsets", partition)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False, "logger": clients.RDKAFKA_LOG})
+    latest = None
+    try:
+        consumer.assign([TopicPartition("__consumer_offsets", partition, 0)])
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, f"__consumer_offsets-{partition} not read to {high}"
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            key = msg.key()
+            if struct.unpack(">h", key[:2])[0] == 2 and key[4:].decode() == group:
+                latest = msg.value()
+            if msg.offset() + 1 >= high:
+                return latest
+    finally:
+        consumer.close()
+
+
+def test_group_metadata_larger_than_a_user_batch_is_stored_and_replayed(corral_factory):
+    """A group whose metadata record exceeds a user topic's 1 MB batch (a 10,000-member group's
+    does) is stored: the coordinator's own log bounds it, not max.message.bytes. It replays after
+    kill -9 and a Kafka client reads it from __consumer_offsets."""
     server = corral_factory(config=GROUP_CONFIG)
     group = unique("big-sync")
+    big = bytes(range(256)) * (8 << 10)  # 2 MiB
     with gw.GroupConn(server.bootstrap) as conn:
         j = conn.join(group, protocols=[("range", gw.subscription(["t"]))])
         assert j.error == gw.NONE, j
-        # 2 MiB of assignment: more than one batch of `__consumer_offsets` may hold.
-        err, _ = conn.sync(group, j.generation, j.member_id, [(j.member_id, b"\0" * (2 << 20))])
+        err, data = conn.sync(group, j.generation, j.member_id, [(j.member_id, big)])
+        assert (err, data == big) == (gw.NONE, True), f"SyncGroup answered {err}"
+    value = group_metadata_value(server.bootstrap, group)
+    assert value is not None and len(value) > len(big), "the group's record, as a Kafka client reads it"
+    server.kill9()
+    server.start()
+    with gw.GroupConn(server.bootstrap) as conn:
+        d = conn.describe(group)
+        assert (d.state, len(d.members)) == ("Stable", 1), d
+        assert d.members[0][0] == j.member_id and d.members[0][4] == big, "the member and its assignment replayed"
+        assert conn.heartbeat(group, j.generation, j.member_id) == gw.NONE
+
+
+def test_an_assignment_beyond_the_coordinators_bound_fails_sync_group_and_the_group_recovers(corral_factory):
+    server = corral_factory(config=GROUP_CONFIG)
+    group = unique("huge-sync")
+    with gw.GroupConn(server.bootstrap) as conn:
+        j = conn.join(group, protocols=[("range", gw.subscription(["t"]))])
+        assert j.error == gw.NONE, j
+        # 65 MiB of assignment: more than one entry of the coordinator's Raft log carries (64 MiB).
+        err, _ = conn.sync(group, j.generation, j.member_id, [(j.member_id, b"\0" * (65 << 20))])
         assert err == -1, f"SyncGroup answered {err}, Kafka answers UNKNOWN_SERVER_ERROR (-1)"
         # The member rejoins and completes a rebalance with an assignment that fits.
         j = conn.join(group, member_id=j.member_id, protocols=[("range", gw.subscription(["t"]))])

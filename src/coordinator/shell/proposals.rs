@@ -41,6 +41,7 @@ pub(super) enum Next {
     Refuse {
         id: u64,
         bytes: usize,
+        max: usize,
     },
 }
 
@@ -60,17 +61,25 @@ impl PartitionRunner {
 
     /// Takes what the next entry carries from the queue: requests in order while their records
     /// fit in one batch. A request too large for a batch alone is split where the state machine
-    /// allows it, and refused where it must be atomic (before anything is proposed, so the log
-    /// never holds an entry it could not apply).
+    /// allows it; where it must be atomic it goes alone, up to its own bound (an offset commit:
+    /// `max.message.bytes`; group metadata: the coordinator's), and is refused beyond it (before
+    /// anything is proposed, so the log never holds an entry it could not apply).
     pub(super) fn next_entry(&self) -> Option<Next> {
         let bound = self.offsets.max_batch_bytes();
         let mut proposals = self.proposals.borrow_mut();
         let first = proposals.queue.pop_front()?;
         if first.bytes > bound {
-            return Some(if self.state.borrow().may_split(first.id) {
+            let state = self.state.borrow();
+            return Some(if state.may_split(first.id) {
                 Next::Pieces { id: first.id, pieces: split_records(first.records, bound) }
             } else {
-                Next::Refuse { id: first.id, bytes: first.bytes }
+                let max = state.atomic_bound(first.id).min(crate::raft::MAX_COMMAND_BYTES);
+                if first.bytes <= max {
+                    // Group metadata larger than a user topic's batch: an entry of its own.
+                    Next::Entry { ids: vec![first.id], records: first.records }
+                } else {
+                    Next::Refuse { id: first.id, bytes: first.bytes, max }
+                }
             });
         }
         let (mut ids, mut records, mut bytes) = (vec![first.id], first.records, first.bytes);
@@ -115,12 +124,12 @@ impl PartitionRunner {
                     }
                     (vec![id], outcome)
                 }
-                Next::Refuse { id, bytes } => {
+                Next::Refuse { id, bytes, max } => {
                     crate::metrics::coordinator_write_refused();
                     tracing::warn!(
                         partition = self.index,
                         bytes,
-                        max = self.offsets.max_batch_bytes(),
+                        max,
                         "coordinator records refused: larger than one __consumer_offsets batch may be"
                     );
                     (vec![id], Err(ResponseError::RecordListTooLarge))
