@@ -207,8 +207,8 @@ struct GroupsSuiteArgs {
     #[command(flatten)]
     start: StartArgs,
     /// Run only one half: `rebalance` (scenarios 1, 2, 6, 7) or `load` (3, 4, 5); or only
-    /// `migration` (scenario 7).
-    #[arg(long, value_parser = ["rebalance", "load", "migration"])]
+    /// `classic` (1, 2) or `migration` (7).
+    #[arg(long, value_parser = ["rebalance", "load", "classic", "migration"])]
     only: Option<String>,
     /// Smoke test: 200 members, 1 repetition, 1,000 idle groups, 2 s runs.
     #[arg(long)]
@@ -367,6 +367,7 @@ impl GroupShape {
             rebalance: true,
             load: true,
             migration_only: false,
+            classic_only: false,
             reps: self.reps.max(1),
             members: self.members.max(2),
             topics: self.topics.max(1),
@@ -610,6 +611,10 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
                 Some("migration") => {
                     opts.load = false;
                     opts.migration_only = true;
+                }
+                Some("classic") => {
+                    opts.load = false;
+                    opts.classic_only = true;
                 }
                 _ => {}
             }

@@ -56,8 +56,9 @@ pub(crate) struct GroupsOpts {
     /// Which halves to run.
     pub(crate) rebalance: bool,
     pub(crate) load: bool,
-    /// Of the rebalance scenarios, only the migration (7).
+    /// Of the rebalance scenarios, only the migration (7) / only the classic group's (1, 2).
     pub(crate) migration_only: bool,
+    pub(crate) classic_only: bool,
     pub(crate) reps: usize,
     pub(crate) members: usize,
     pub(crate) topics: usize,
@@ -350,7 +351,7 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
     } else {
         opts.topics
     };
-    let topics = if opts.migration_only { 1 } else { topics };
+    let topics = if opts.migration_only || opts.classic_only { 1 } else { topics };
     results.topics = topics;
     let all: Vec<(String, i32)> = (0..topics).map(|i| (format!("bench-t{i}"), opts.partitions_per_topic)).collect();
     let classic_topic = vec![all[0].clone()];
@@ -399,6 +400,9 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
         progress(&format!("classic 1x{} leave (told at once) {tag}", opts.partitions_per_topic), &run, None);
         results.row("classic_leave_now", "  one leaves, others told at once (coordinator only)").runs.push(run);
         group.stop(true).await?;
+        if opts.classic_only {
+            continue;
+        }
 
         // 6: classic and KIP-848 on the same topics.
         let spec = Rc::new(GroupSpec::new(format!("bench-classic-multi-{rep}"), many.clone(), opts.member_config())?);
