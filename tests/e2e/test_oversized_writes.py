@@ -128,3 +128,29 @@ def test_an_assignment_beyond_the_coordinators_bound_fails_sync_group_and_the_gr
     server.restart()
     with gw.GroupConn(server.bootstrap) as conn:
         assert conn.describe(group).state in ("Stable", "Empty", "PreparingRebalance")
+
+
+def test_large_group_metadata_survives_kill9_of_its_coordinator(corral_factory, request):
+    """The same 2 MiB group record in a 3-node cluster: replicated through Raft, it is there on the
+    node that takes the group over when its coordinator is killed."""
+    from cluster import Cluster
+
+    cluster = Cluster(corral_factory, size=3, relays=False, extra_config=GROUP_CONFIG)
+    request.addfinalizer(cluster.close)
+    cluster.start()
+    group = unique("big-failover")
+    big = bytes(range(256)) * (8 << 10)  # 2 MiB
+    old = cluster.coordinator(group)
+    with gw.GroupConn(f"127.0.0.1:{cluster.kafka[old]}") as conn:
+        j = conn.join(group, protocols=[("range", gw.subscription(["t"]))], session_timeout_ms=60000)
+        assert j.error == gw.NONE, j
+        err, data = conn.sync(group, j.generation, j.member_id, [(j.member_id, big)])
+        assert (err, data == big) == (gw.NONE, True), f"SyncGroup answered {err}"
+    cluster.nodes[old].kill9()
+    survivors = [i for i in range(cluster.size) if i != old]
+    new = cluster.coordinator(group, among=survivors, other_than=old, timeout=60)
+    with gw.GroupConn(f"127.0.0.1:{cluster.kafka[new]}") as conn:
+        d = conn.describe(group)
+        assert (d.state, len(d.members)) == ("Stable", 1), d
+        assert d.members[0][4] == big, "the assignment, from the new coordinator's log"
+        assert conn.heartbeat(group, j.generation, j.member_id) == gw.NONE
