@@ -256,6 +256,9 @@ impl ClusterConfig {
     }
 }
 
+/// Kafka's bound of `group.consumer.assignment.interval.ms` (`group.consumer.max.assignment.interval.ms`).
+const MAX_ASSIGNMENT_INTERVAL_MS: u64 = 15_000;
+
 /// The shortest cluster secret accepted.
 const MIN_SECRET_BYTES: usize = 16;
 
@@ -282,6 +285,9 @@ pub struct GroupsConfig {
     /// Which live groups convert between the classic and the consumer protocol (Kafka's
     /// `group.consumer.migration.policy`).
     pub consumer_migration_policy: String,
+    /// How often a consumer group's target assignment may be computed at most (Kafka's
+    /// `group.consumer.assignment.interval.ms`).
+    pub consumer_assignment_interval_ms: u64,
 }
 
 /// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
@@ -398,6 +404,7 @@ impl Default for GroupsConfig {
             consumer_max_size: i32::MAX,
             consumer_assignors: vec!["uniform".into(), "range".into()],
             consumer_migration_policy: "bidirectional".into(),
+            consumer_assignment_interval_ms: 1_000,
         }
     }
 }
@@ -649,6 +656,12 @@ impl Config {
         if let Some(bad) = g.consumer_assignors.iter().find(|a| crate::coordinator::assignor::Assignor::from_name(a).is_none()) {
             return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
         }
+        if g.consumer_assignment_interval_ms > MAX_ASSIGNMENT_INTERVAL_MS {
+            return Err(invalid(
+                "groups.consumer_assignment_interval_ms",
+                format!("must be at most {MAX_ASSIGNMENT_INTERVAL_MS} (group.consumer.max.assignment.interval.ms)"),
+            ));
+        }
         if MigrationPolicy::from_name(&g.consumer_migration_policy).is_none() {
             let known = MigrationPolicy::NAMES.map(|n| format!("{n:?}")).join(", ");
             return Err(invalid(
@@ -711,6 +724,7 @@ impl Config {
             max_size: g.consumer_max_size as usize,
             assignors: g.consumer_assignors.iter().filter_map(|a| crate::coordinator::assignor::Assignor::from_name(a)).collect(),
             migration_policy: MigrationPolicy::from_name(&g.consumer_migration_policy).unwrap_or(MigrationPolicy::Bidirectional),
+            assignment_interval_ms: g.consumer_assignment_interval_ms as i64,
         }
     }
 

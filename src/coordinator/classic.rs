@@ -338,7 +338,9 @@ impl CoordinatorState {
                     join_timer_fired(g, out, cfg, now);
                 }
             }
-            TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } => self.fire_consumer(now, key),
+            TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } | TimerKey::ConsumerAssignment { .. } => {
+                self.fire_consumer(now, key)
+            }
             TimerKey::ClassicJoin { .. } | TimerKey::ClassicSync { .. } => self.fire_classic_member(now, key),
             TimerKey::Sync { group } => {
                 let Some(g) = self.groups.get_mut(group) else { return };

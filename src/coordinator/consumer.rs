@@ -191,6 +191,10 @@ pub struct ConsumerGroup {
     /// The group epoch at which every member last held its target (an event said so); a rebalance
     /// is in progress while it differs from `group_epoch`.
     pub(super) converged_epoch: i32,
+    /// When the next target assignment may be computed (`assignment_interval_ms` after the last).
+    next_assignment_at: i64,
+    /// A timer is armed to compute the target once that time comes.
+    assignment_timer: bool,
 }
 
 impl ConsumerGroup {
@@ -210,6 +214,8 @@ impl ConsumerGroup {
             topics_checked: None,
             state_timestamp: now,
             converged_epoch: 1,
+            next_assignment_at: i64::MIN,
+            assignment_timer: false,
         }
     }
 
@@ -249,9 +255,10 @@ impl ConsumerGroup {
         topics
     }
 
-    fn member_topics(&self, member: &ConsumerMember, topics: &dyn TopicView) -> BTreeSet<Uuid> {
+    /// The ids of the topics a member subscribes to, as the subscription metadata resolved them.
+    fn member_topics(&self, member: &ConsumerMember) -> BTreeSet<Uuid> {
         let names = member.subscribed_names.iter().chain(self.resolved_regex.get(&member.id).into_iter().flatten());
-        names.filter_map(|n| topics.by_name(n).map(|(id, _)| id)).collect()
+        names.filter_map(|n| self.subscription_metadata.get(n).map(|(id, _)| *id)).collect()
     }
 
     /// Updates the owner table after a member's holdings changed.
@@ -368,6 +375,9 @@ pub struct ConsumerGroupConfig {
     pub assignors: Vec<Assignor>,
     /// `group.consumer.migration.policy`.
     pub migration_policy: MigrationPolicy,
+    /// `group.consumer.assignment.interval.ms`: a group's target assignment is computed at most
+    /// this often, so members arriving together are assigned together.
+    pub assignment_interval_ms: i64,
 }
 
 impl Default for ConsumerGroupConfig {
@@ -378,6 +388,7 @@ impl Default for ConsumerGroupConfig {
             max_size: i32::MAX as usize,
             assignors: vec![Assignor::Uniform, Assignor::Range],
             migration_policy: MigrationPolicy::Bidirectional,
+            assignment_interval_ms: 1_000,
         }
     }
 }
@@ -682,8 +693,22 @@ impl CoordinatorState {
         self.out.append(records, Continuation::Nothing);
     }
 
-    /// A member's session expired or it did not revoke in time: fence it, if still due.
+    /// A member's session expired or it did not revoke in time: fence it, if still due. Or a
+    /// group's deferred target assignment is due.
     pub(crate) fn fire_consumer(&mut self, now: i64, key: &TimerKey) {
+        if let TimerKey::ConsumerAssignment { group } = key {
+            let cfg = self.consumer.clone();
+            let Some(group) = self.consumer_groups.get_mut(group) else { return };
+            group.assignment_timer = false;
+            if group.group_epoch > group.assignment_epoch {
+                let mut records = Vec::new();
+                assign_when_due(&mut self.out, group, &cfg, now, &mut records);
+                if !records.is_empty() {
+                    self.out.append(records, Continuation::Nothing);
+                }
+            }
+            return;
+        }
         let (group_id, member_id, rebalance) = match key {
             TimerKey::ConsumerSession { group, member } => (group, member, false),
             TimerKey::ConsumerRebalance { group, member } => (group, member, true),
@@ -936,9 +961,9 @@ pub(super) fn apply_member_changes(
         out.event(now, GroupEvent::RebalanceStarted { group: group.id.clone(), kind: GroupKind::Consumer, cause, generation, members });
     }
 
-    // 5. A new target assignment when its inputs moved.
+    // 5. A new target assignment when its inputs moved, once the interval since the last allows.
     if group.group_epoch > group.assignment_epoch {
-        compute_target(group, cfg, topics, records);
+        assign_when_due(out, group, cfg, now, records);
     }
 
     // 6. Reconcile this member toward its target.
@@ -992,8 +1017,22 @@ pub(super) fn subscription_metadata(group: &ConsumerGroup, topics: &dyn TopicVie
     group.subscribed_topics().into_iter().filter_map(|name| topics.by_name(&name).map(|t| (name, t))).collect()
 }
 
+/// Computes the target assignment of the group epoch if `assignment_interval_ms` has passed since
+/// the last one (Kafka 4.4's `group.consumer.assignment.interval.ms`), else arms a timer for then:
+/// members that arrive together are assigned together, and meanwhile the group is Assigning and
+/// its members reconcile toward the previous target.
+fn assign_when_due(out: &mut Outbox, group: &mut ConsumerGroup, cfg: &ConsumerGroupConfig, now: i64, records: &mut Vec<GroupRecord>) {
+    if now >= group.next_assignment_at {
+        compute_target(group, cfg, records);
+        group.next_assignment_at = now.saturating_add(cfg.assignment_interval_ms);
+    } else if !group.assignment_timer {
+        group.assignment_timer = true;
+        out.timer(TimerKey::ConsumerAssignment { group: group.id.clone() }, group.next_assignment_at);
+    }
+}
+
 /// Computes the target assignment of the current group epoch with the group's assignor.
-fn compute_target(group: &mut ConsumerGroup, cfg: &ConsumerGroupConfig, topics: &dyn TopicView, records: &mut Vec<GroupRecord>) {
+fn compute_target(group: &mut ConsumerGroup, cfg: &ConsumerGroupConfig, records: &mut Vec<GroupRecord>) {
     let assignor = preferred_assignor(group, cfg);
     let partitions: HashMap<Uuid, i32> = group.subscription_metadata.values().copied().collect();
     let specs: Vec<MemberSpec> = group
@@ -1003,7 +1042,7 @@ fn compute_target(group: &mut ConsumerGroup, cfg: &ConsumerGroupConfig, topics: 
             member_id: m.id.clone(),
             instance_id: m.instance_id.clone(),
             rack_id: m.rack_id.clone(),
-            topics: group.member_topics(m, topics),
+            topics: group.member_topics(m),
             current: group.target.get(&m.id).cloned().unwrap_or_default(),
         })
         .collect();

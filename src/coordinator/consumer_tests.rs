@@ -56,7 +56,14 @@ pub(super) struct Harness {
 
 impl Harness {
     pub(super) fn new() -> Harness {
-        let consumer = ConsumerGroupConfig { session_timeout_ms: SESSION, heartbeat_interval_ms: 1_000, ..ConsumerGroupConfig::default() };
+        // Targets computed at once: these tests follow one assignment at a time (the interval
+        // has its own test).
+        let consumer = ConsumerGroupConfig {
+            session_timeout_ms: SESSION,
+            heartbeat_interval_ms: 1_000,
+            assignment_interval_ms: 0,
+            ..ConsumerGroupConfig::default()
+        };
         Harness {
             state: CoordinatorState::with_consumer_config(GroupConfig::default(), consumer),
             topics: Topics::default(),
@@ -574,4 +581,33 @@ fn classic_and_consumer_groups_share_one_namespace() {
     r.owned = Some(TopicPartitions::new());
     assert_eq!(h.send(r).error, NONE);
     assert!(!h.state.groups.contains_key("simple"));
+}
+
+/// Kafka 4.4's `group.consumer.assignment.interval.ms`: members arriving within the interval of
+/// the last target assignment are assigned together when it ends.
+#[test]
+fn members_arriving_together_are_assigned_together() {
+    let mut h = Harness::new();
+    h.state.consumer.assignment_interval_ms = 1_000;
+    let t = h.topics.add("orders", 6);
+    let a = h.join("a", &["orders"]);
+    assert_eq!((a.epoch, a.assignment.unwrap()[&t].len()), (2, 6), "the first target is computed at once");
+    h.advance_to(10);
+    let b = h.join("b", &["orders"]);
+    h.advance_to(20);
+    let c = h.join("c", &["orders"]);
+    let g = &h.state.consumer_groups["g"];
+    assert_eq!((g.group_epoch, g.assignment_epoch, g.state_name()), (4, 2, "Assigning"));
+    // Meanwhile the newcomers hold the current target's epoch, and nothing.
+    assert_eq!((b.epoch, c.epoch), (2, 2));
+    assert!(c.assignment.unwrap().is_empty());
+    let targets = |h: &Harness| h.log.iter().filter(|r| matches!(r, GroupRecord::TargetEpoch { epoch: Some(_), .. })).count();
+    assert_eq!(targets(&h), 1);
+    // The interval ends: one target for both arrivals, without waiting for a heartbeat.
+    h.advance_to(1_000);
+    let g = &h.state.consumer_groups["g"];
+    assert_eq!((g.assignment_epoch, targets(&h)), (4, 2));
+    h.converge();
+    assert_eq!(h.count("a") + h.count("b") + h.count("c"), 6);
+    assert!(["a", "b", "c"].iter().all(|m| h.count(m) == 2));
 }

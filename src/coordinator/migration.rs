@@ -429,8 +429,8 @@ impl CoordinatorState {
             return SyncResult::error(ResponseError::InconsistentGroupProtocol);
         }
         let member_id = member.id.clone();
-        // A newer epoch: re-join first, unless it is still revoking (it re-joins after).
-        if group.group_epoch > member.epoch && member.state != MemberState::UnrevokedPartitions {
+        // A newer target: re-join first, unless it is still revoking (it re-joins after).
+        if group.assignment_epoch > member.epoch && member.state != MemberState::UnrevokedPartitions {
             return SyncResult::error(self.ask_to_rejoin(now, &request.group_id, &member_id));
         }
         let assignment = assignment_bytes(group, &member.assigned, &metadata);
@@ -455,9 +455,10 @@ impl CoordinatorState {
             Ok(member) => member,
             Err(e) => return e.code(),
         };
-        // It re-joins when the epoch moved, when it must revoke partitions, or when partitions it
-        // waited for were released.
-        let rejoin = member.epoch < group.group_epoch
+        // It re-joins when there is a newer target (the group epoch may be ahead while the
+        // target waits for the assignment interval), when it must revoke partitions, or when
+        // partitions it waited for were released.
+        let rejoin = member.epoch < group.assignment_epoch
             || member.state == MemberState::UnrevokedPartitions
             || (member.state == MemberState::UnreleasedPartitions && !waits_on_unreleased(group, &member.id));
         let member_id = member.id.clone();

@@ -94,6 +94,8 @@ pub enum TimerKey {
     ConsumerSession { group: String, member: String },
     /// A KIP-848 member that must revoke partitions before this deadline.
     ConsumerRebalance { group: String, member: String },
+    /// A consumer group's target assignment, deferred by the assignment interval.
+    ConsumerAssignment { group: String },
     /// A classic member of a consumer group told to re-join (§6.10).
     ClassicJoin { group: String, member: String },
     /// A classic member of a consumer group that joined and owes a SyncGroup (§6.10).

@@ -16,11 +16,11 @@ the two classic members keeps two partitions when a third member arrives (called
 one that gives one up is R), which of its partitions a member keeps, and which member a
 downgraded group's first join makes leader.
 
-Kafka 4.4 computes a consumer group's new target assignment at most once a second
+Both compute a consumer group's new target assignment at most once a second
 (group.consumer.assignment.interval.ms); within that interval a new member joins at the current
-assignment epoch and the group is "Assigning". corral computes it at once (it has no such
-interval yet), so a case that adds a member to a consumer group which had an assignment waits
-past the interval first: the answers then do not depend on timing.
+assignment epoch and the group is "Assigning". test_classic_join_within_the_assignment_interval
+compares that; elsewhere a case that adds a member to a consumer group which had an assignment
+waits past the interval first, so that the answers do not depend on timing.
 
 The classic members use session and rebalance timeouts of 30 s, long enough that none is fenced
 while a case runs.
@@ -52,8 +52,8 @@ ALL = list(range(PARTITIONS))
 # Both servers are configured with it (apache_kafka.CORRAL_GROUP_CONFIG).
 HEARTBEAT_INTERVAL_MS = 1000
 UNSUPPORTED_VERSION = 35
-# Kafka 4.4 computes a consumer group's target assignment at most this often
-# (group.consumer.assignment.interval.ms, default 1000); corral on every change.
+# Both compute a consumer group's target assignment at most this often
+# (group.consumer.assignment.interval.ms, default 1000).
 ASSIGNMENT_INTERVAL_S = 1.0
 
 VERSIONS_USED = {
@@ -716,5 +716,55 @@ def test_classic_join_into_a_consumer_group(sides):
             "X sync again": (gw.NONE, (1, 2, None)),
             "X and C1 split the topic": True,
             "X heartbeat at the end": gw.NONE,
+        },
+    )
+
+
+def s_classic_join_within_interval(side: Side) -> dict:
+    """C1 alone in a new consumer group, then classic X joins at once, within the assignment
+    interval after C1's assignment."""
+    group, names, topic = unique("classic-batched"), Names(), side.create_topic(PARTITIONS)
+    t = Topic(topic, topic_id(side, topic))
+    addr = side.coordinator(group)
+    cc1, cx = side.conn(group), side.conn(group)
+    # The first barrier may create its topic: not within the interval below.
+    barrier(side, group)
+    h = heartbeat(cc1, group, "", 0, rebalance_timeout_ms=REBALANCE_MS, subscribed_topics=[topic], owned=[])
+    assert h.error == gw.NONE and h.member_id, h
+    c1, epoch = h.member_id, h.member_epoch
+    names.name(c1, "C1")
+    join = {"version": 5, "session_timeout_ms": SESSION_MS, "rebalance_timeout_ms": REBALANCE_MS, "protocols": protocols(topic, {})}
+    x = cx.join(group, "", **join).member_id
+    names.name(x, "X")
+    j = cx.join(group, x, **join)
+    out: dict = {"X join": (j.error, relative(j.generation, epoch, "E"), j.protocol, j.leader, names(j.member_id), j.members)}
+    out["X sync"] = sync_assignment(cx, group, j.generation, x, topic)
+    out["X heartbeat"] = cx.heartbeat(group, j.generation, x)
+    d = consumer_describe(side, addr, group)
+    out["described"] = (d.state, relative(d.group_epoch, epoch, "E"), relative(d.assignment_epoch, epoch, "E"))
+    h = heartbeat(cc1, group, c1, epoch, owned=[(t.tid, ALL)])
+    out["C1 heartbeat"] = heartbeat_answer(h, names, t, epoch, exact=False, label="E")
+    # Past the interval (C1 heartbeating as a client would) both have the new target assignment.
+    past_assignment_interval()
+    owned = flat(parts_of(h.assignment, t)) if h.assignment is not None else ALL
+    heartbeat(cc1, group, c1, h.member_epoch, owned=[(t.tid, owned)])
+    d = consumer_describe(side, addr, group)
+    out["described after the interval"] = (d.state, relative(d.group_epoch, epoch, "E"), relative(d.assignment_epoch, epoch, "E"))
+    return out
+
+
+def test_classic_join_within_the_assignment_interval(sides):
+    compare(
+        sides,
+        s_classic_join_within_interval,
+        {
+            # The group epoch moves at once, the new target assignment only once the interval
+            # since the last one has passed: X joins at the current assignment epoch.
+            "X join": (gw.NONE, "E+0", "range", "", "X", []),
+            "X sync": (gw.NONE, (1, {}, None)),
+            "X heartbeat": gw.NONE,
+            "described": ("Assigning", "E+1", "E+0"),
+            "C1 heartbeat": {"error": gw.NONE, "message": False, "member id": "C1", "epoch": "E+0", "heartbeat interval": HEARTBEAT_INTERVAL_MS, "assignment": None},
+            "described after the interval": ("Reconciling", "E+1", "E+1"),
         },
     )
