@@ -267,6 +267,10 @@ struct GroupShape {
     /// Server [groups] consumer_session_timeout_ms.
     #[arg(long, default_value_t = 30_000)]
     consumer_session_timeout_ms: i32,
+    /// Server [groups] consumer_assignment_interval_ms (a KIP-848 group's target is computed at
+    /// most this often; corral's and Kafka's default).
+    #[arg(long, default_value_t = 1_000)]
+    consumer_assignment_interval_ms: u64,
     /// KIP-848 server assignor (`uniform` or `range`); default: the server's first.
     #[arg(long)]
     assignor: Option<String>,
@@ -378,6 +382,7 @@ impl GroupShape {
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             consumer_heartbeat_interval_ms: self.consumer_heartbeat_interval_ms,
             consumer_session_timeout_ms: self.consumer_session_timeout_ms,
+            consumer_assignment_interval_ms: self.consumer_assignment_interval_ms,
             assignor: self.assignor.clone(),
             fast_lanes: self.fast_lanes.max(1),
             per_parking_lane: self.members_per_lane.max(1),

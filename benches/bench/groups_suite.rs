@@ -69,6 +69,7 @@ pub(crate) struct GroupsOpts {
     pub(crate) rebalance_timeout_ms: i32,
     pub(crate) consumer_heartbeat_interval_ms: i32,
     pub(crate) consumer_session_timeout_ms: i32,
+    pub(crate) consumer_assignment_interval_ms: u64,
     pub(crate) assignor: Option<String>,
     pub(crate) fast_lanes: usize,
     pub(crate) per_parking_lane: usize,
@@ -102,8 +103,9 @@ impl GroupsOpts {
 
     fn config_toml(&self) -> String {
         format!(
-            "[groups]\ninitial_rebalance_delay_ms = {}\nconsumer_heartbeat_interval_ms = {}\nconsumer_session_timeout_ms = {}\n",
-            self.initial_delay_ms, self.consumer_heartbeat_interval_ms, self.consumer_session_timeout_ms
+            "[groups]\ninitial_rebalance_delay_ms = {}\nconsumer_heartbeat_interval_ms = {}\nconsumer_session_timeout_ms = {}\n\
+             consumer_assignment_interval_ms = {}\n",
+            self.initial_delay_ms, self.consumer_heartbeat_interval_ms, self.consumer_session_timeout_ms, self.consumer_assignment_interval_ms
         )
     }
 }
@@ -621,8 +623,9 @@ fn print_header(opts: &GroupsOpts, server: &str) {
     println!("corral-bench groups: {} CPUs, Linux {}, {}", m.nproc, m.kernel, m.cpu);
     println!("server: {server}");
     println!(
-        "server config: [groups] initial_rebalance_delay_ms = {}, consumer_heartbeat_interval_ms = {}, consumer_session_timeout_ms = {}",
-        opts.initial_delay_ms, opts.consumer_heartbeat_interval_ms, opts.consumer_session_timeout_ms
+        "server config: [groups] initial_rebalance_delay_ms = {}, consumer_heartbeat_interval_ms = {}, consumer_session_timeout_ms = {}, \
+         consumer_assignment_interval_ms = {}",
+        opts.initial_delay_ms, opts.consumer_heartbeat_interval_ms, opts.consumer_session_timeout_ms, opts.consumer_assignment_interval_ms
     );
     println!(
         "classic members: session {} ms, rebalance timeout {} ms, heartbeat every {} ms, protocol roundrobin (leader assigns), JoinGroup v{}; \
@@ -899,6 +902,7 @@ fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
             "initial_rebalance_delay_ms": opts.initial_delay_ms, "classic_heartbeat_interval_ms": opts.heartbeat_interval.as_millis() as u64,
             "session_timeout_ms": opts.session_timeout_ms, "rebalance_timeout_ms": opts.rebalance_timeout_ms,
             "consumer_heartbeat_interval_ms": opts.consumer_heartbeat_interval_ms, "consumer_session_timeout_ms": opts.consumer_session_timeout_ms,
+            "consumer_assignment_interval_ms": opts.consumer_assignment_interval_ms,
             "assignor": opts.assignor, "fast_lanes": opts.fast_lanes, "members_per_parking_lane": opts.per_parking_lane,
             "join_version": opts.join_version, "idle_groups": opts.idle_groups, "idle_members_per_group": opts.idle_members_per_group,
             "idle_partitions": opts.idle_partitions, "groups_per_wave": opts.groups_per_wave, "idle_session_timeout_ms": opts.idle_session_timeout_ms,
