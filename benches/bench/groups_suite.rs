@@ -105,7 +105,10 @@ impl GroupsOpts {
         format!(
             "[groups]\ninitial_rebalance_delay_ms = {}\nconsumer_heartbeat_interval_ms = {}\nconsumer_session_timeout_ms = {}\n\
              consumer_assignment_interval_ms = {}\n",
-            self.initial_delay_ms, self.consumer_heartbeat_interval_ms, self.consumer_session_timeout_ms, self.consumer_assignment_interval_ms
+            self.initial_delay_ms,
+            self.consumer_heartbeat_interval_ms,
+            self.consumer_session_timeout_ms,
+            self.consumer_assignment_interval_ms
         )
     }
 }
