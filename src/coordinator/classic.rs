@@ -338,10 +338,11 @@ impl CoordinatorState {
                     join_timer_fired(g, out, cfg, now);
                 }
             }
-            TimerKey::ConsumerSession { .. } | TimerKey::ConsumerRebalance { .. } | TimerKey::ConsumerAssignment { .. } => {
-                self.fire_consumer(now, key)
-            }
-            TimerKey::ClassicJoin { .. } | TimerKey::ClassicSync { .. } => self.fire_classic_member(now, key),
+            TimerKey::ConsumerSession { .. }
+            | TimerKey::ConsumerRebalance { .. }
+            | TimerKey::ConsumerAssignment { .. }
+            | TimerKey::ClassicJoin { .. }
+            | TimerKey::ClassicSync { .. } => self.fire_consumer(now, key),
             TimerKey::Sync { group } => {
                 let Some(g) = self.groups.get_mut(group) else { return };
                 if g.sync_deadline.is_some_and(|d| d <= now) && matches!(g.state, GroupState::CompletingRebalance | GroupState::Stable) {

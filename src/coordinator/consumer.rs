@@ -143,6 +143,15 @@ impl ConsumerMember {
         self.classic.as_ref().map_or(cfg.session_timeout_ms, |c| c.session_timeout_ms) as i64
     }
 
+    /// Restarts its session. Returns the timer to arm, unless one is pending at or before the new
+    /// deadline (a pending one re-arms itself when it finds the deadline moved).
+    pub(super) fn touch_session(&mut self, group: &str, cfg: &ConsumerGroupConfig, now: i64) -> Option<(TimerKey, i64)> {
+        let deadline = now + self.session_timeout_ms(cfg);
+        let needs_timer = self.session_deadline.is_none_or(|d| deadline < d);
+        self.session_deadline = Some(deadline);
+        needs_timer.then(|| (TimerKey::ConsumerSession { group: group.to_string(), member: self.id.clone() }, deadline))
+    }
+
     pub(super) fn metadata(&self) -> ConsumerMemberValue {
         ConsumerMemberValue {
             instance_id: self.instance_id.clone(),
@@ -583,13 +592,10 @@ impl CoordinatorState {
         group.note_convergence(&mut self.out, now);
 
         // 7. The session.
-        let member = group.members.get_mut(&member_id).expect("present");
-        let deadline = now + cfg.session_timeout_ms as i64;
-        let needs_timer = member.session_deadline.is_none_or(|d| deadline < d);
-        member.session_deadline = Some(deadline);
+        let session = group.members.get_mut(&member_id).expect("present").touch_session(&group.id, &cfg, now);
         let member = &group.members[&member_id];
         let timers: Vec<(TimerKey, i64)> = [
-            needs_timer.then(|| (TimerKey::ConsumerSession { group: group.id.clone(), member: member_id.clone() }, deadline)),
+            session,
             member.rebalance_deadline.map(|d| (TimerKey::ConsumerRebalance { group: group.id.clone(), member: member_id.clone() }, d)),
         ]
         .into_iter()
@@ -693,8 +699,9 @@ impl CoordinatorState {
         self.out.append(records, Continuation::Nothing);
     }
 
-    /// A member's session expired or it did not revoke in time: fence it, if still due. Or a
-    /// group's deferred target assignment is due.
+    /// A member's deadline passed (its session; revoking, or for a classic member re-joining or
+    /// syncing, within its rebalance timeout): fence it, if still due. Or a group's deferred
+    /// target assignment is due.
     pub(crate) fn fire_consumer(&mut self, now: i64, key: &TimerKey) {
         if let TimerKey::ConsumerAssignment { group } = key {
             let cfg = self.consumer.clone();
@@ -709,17 +716,27 @@ impl CoordinatorState {
             }
             return;
         }
-        let (group_id, member_id, rebalance) = match key {
-            TimerKey::ConsumerSession { group, member } => (group, member, false),
-            TimerKey::ConsumerRebalance { group, member } => (group, member, true),
+        type Deadline = fn(&ConsumerMember) -> Option<i64>;
+        let (group_id, member_id, deadline, departure, reason): (_, _, Deadline, _, _) = match key {
+            TimerKey::ConsumerSession { group, member } => {
+                (group, member, |m| m.session_deadline, Departure::SessionTimeout, "session timeout")
+            }
+            TimerKey::ConsumerRebalance { group, member } => {
+                (group, member, |m| m.rebalance_deadline, Departure::RebalanceTimeout, "rebalance timeout")
+            }
+            // A classic member of the group that did not re-join or sync in time (§6.10).
+            TimerKey::ClassicJoin { group, member } => {
+                (group, member, |m| m.join_deadline, Departure::RebalanceTimeout, "no re-join within the rebalance timeout")
+            }
+            TimerKey::ClassicSync { group, member } => {
+                (group, member, |m| m.sync_deadline, Departure::RebalanceTimeout, "no sync within the rebalance timeout")
+            }
             _ => return,
         };
         let Some(member) = self.consumer_groups.get(group_id).and_then(|g| g.members.get(member_id)) else { return };
-        let deadline = if rebalance { member.rebalance_deadline } else { member.session_deadline };
-        match deadline {
+        match deadline(member) {
             Some(d) if d <= now => {
-                tracing::info!(group = %group_id, member = %member_id, reason = if rebalance { "rebalance timeout" } else { "session timeout" }, "fencing consumer group member");
-                let departure = if rebalance { Departure::RebalanceTimeout } else { Departure::SessionTimeout };
+                tracing::info!(group = %group_id, member = %member_id, reason, "fencing consumer group member");
                 self.remove_consumer_member(now, &group_id.clone(), &member_id.clone(), departure);
             }
             Some(d) => {

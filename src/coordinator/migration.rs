@@ -390,9 +390,8 @@ impl CoordinatorState {
 
         // Its session, and the SyncGroup it owes within its rebalance timeout.
         member.join_deadline = None;
-        let session = now + request.session_timeout_ms as i64;
+        let session = member.touch_session(&group.id, &cfg, now);
         let sync = now + request.rebalance_timeout_ms.max(0) as i64;
-        member.session_deadline = Some(session);
         member.sync_deadline = Some(sync);
         let result = JoinResult {
             error: NONE,
@@ -406,12 +405,14 @@ impl CoordinatorState {
         };
         group.note_convergence(&mut self.out, now);
         let group_id = group.id.clone();
-        self.out.timer(TimerKey::ConsumerSession { group: group_id.clone(), member: member_id.clone() }, session);
+        if let Some((key, at)) = session {
+            self.out.timer(key, at);
+        }
         self.out.timer(TimerKey::ClassicSync { group: group_id, member: member_id }, sync);
         if records.is_empty() {
             self.out.reply(token, Response::Join(result));
         } else {
-            self.out.append(records, Continuation::Reply { token, response: Response::Join(result) });
+            self.out.append(records, Continuation::Joined { token, result });
         }
     }
 
@@ -434,9 +435,12 @@ impl CoordinatorState {
             return SyncResult::error(self.ask_to_rejoin(now, &request.group_id, &member_id));
         }
         let assignment = assignment_bytes(group, &member.assigned, &metadata);
-        self.touch_classic_session(now, &request.group_id, &member_id);
+        let cfg = &self.consumer;
         let member = self.consumer_groups.get_mut(&request.group_id).and_then(|g| g.members.get_mut(&member_id)).expect("present");
         member.sync_deadline = None;
+        if let Some((key, at)) = member.touch_session(&request.group_id, cfg, now) {
+            self.out.timer(key, at);
+        }
         SyncResult { error: NONE, protocol_type: request.protocol_type.clone(), protocol_name: request.protocol_name.clone(), assignment }
     }
 
@@ -462,7 +466,11 @@ impl CoordinatorState {
             || member.state == MemberState::UnrevokedPartitions
             || (member.state == MemberState::UnreleasedPartitions && !waits_on_unreleased(group, &member.id));
         let member_id = member.id.clone();
-        self.touch_classic_session(now, group_id, &member_id);
+        let cfg = &self.consumer;
+        let member = self.consumer_groups.get_mut(group_id).and_then(|g| g.members.get_mut(&member_id)).expect("present");
+        if let Some((key, at)) = member.touch_session(group_id, cfg, now) {
+            self.out.timer(key, at);
+        }
         if rejoin {
             return self.ask_to_rejoin(now, group_id, &member_id).code();
         }
@@ -499,27 +507,6 @@ impl CoordinatorState {
         LeaveResult { error: NONE, members: codes }
     }
 
-    /// A classic member's join or sync deadline passed: it is fenced, if still due.
-    pub(super) fn fire_classic_member(&mut self, now: i64, key: &TimerKey) {
-        let (group_id, member_id, sync) = match key {
-            TimerKey::ClassicJoin { group, member } => (group, member, false),
-            TimerKey::ClassicSync { group, member } => (group, member, true),
-            _ => return,
-        };
-        let Some(member) = self.consumer_groups.get(group_id).and_then(|g| g.members.get(member_id)) else { return };
-        let deadline = if sync { member.sync_deadline } else { member.join_deadline };
-        match deadline {
-            Some(d) if d <= now => {
-                let reason =
-                    if sync { "did not sync within its rebalance timeout" } else { "did not re-join within its rebalance timeout" };
-                tracing::info!(group = %group_id, member = %member_id, "fencing classic member of a consumer group: {reason}");
-                self.remove_consumer_member(now, &group_id.clone(), &member_id.clone(), Departure::RebalanceTimeout);
-            }
-            Some(d) => self.out.timer(key.clone(), d),
-            None => {}
-        }
-    }
-
     /// The member must re-join: starts its join deadline (if none runs); REBALANCE_IN_PROGRESS.
     fn ask_to_rejoin(&mut self, now: i64, group_id: &str, member_id: &str) -> ResponseError {
         let member = self.consumer_groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)).expect("present");
@@ -529,18 +516,6 @@ impl CoordinatorState {
             self.out.timer(TimerKey::ClassicJoin { group: group_id.to_string(), member: member_id.to_string() }, deadline);
         }
         ResponseError::RebalanceInProgress
-    }
-
-    /// Restarts a classic member's session (its own session timeout).
-    fn touch_classic_session(&mut self, now: i64, group_id: &str, member_id: &str) {
-        let cfg = &self.consumer;
-        let member = self.consumer_groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)).expect("present");
-        let deadline = now + member.session_timeout_ms(cfg);
-        let needs_timer = member.session_deadline.is_none_or(|d| deadline < d);
-        member.session_deadline = Some(deadline);
-        if needs_timer {
-            self.out.timer(TimerKey::ConsumerSession { group: group_id.to_string(), member: member_id.to_string() }, deadline);
-        }
     }
 }
 

@@ -132,8 +132,9 @@ pub(crate) enum Continuation {
     /// Nothing waits for it, but its records go in one batch or not at all (a group converted
     /// from one protocol to the other).
     Atomic,
-    /// A response to send once the records are stored (the write's error otherwise).
-    Reply { token: Token, response: Response },
+    /// A classic member joined a consumer group: answer its JoinGroup once the records are
+    /// stored (with the write's error otherwise).
+    Joined { token: Token, result: JoinResult },
     /// The leader's SyncGroup of `generation`: deliver the assignments.
     SyncComplete { group: String, generation: i32, assignments: HashMap<String, Bytes> },
     /// A static member replaced without rebalance: answer its JoinGroup, or undo on failure.
@@ -406,15 +407,12 @@ impl CoordinatorState {
         let error = error.map(|e| write_error(e, &then));
         match then {
             Continuation::Nothing | Continuation::Atomic => {}
-            Continuation::Reply { token, response } => {
-                let response = match (error, response) {
-                    (None, response) => response,
-                    (Some(e), Response::Join(r)) => Response::Join(JoinResult::error(e, &r.member_id)),
-                    (Some(e), Response::Sync(_)) => Response::Sync(SyncResult::error(e)),
-                    (Some(e), Response::Commit(codes)) => Response::Commit(vec![e.code(); codes.len()]),
-                    (Some(e), Response::DeleteGroups(codes)) => Response::DeleteGroups(vec![e.code(); codes.len()]),
+            Continuation::Joined { token, result } => {
+                let result = match error {
+                    None => result,
+                    Some(e) => JoinResult::error(e, &result.member_id),
                 };
-                self.out.reply(token, response);
+                self.out.reply(token, Response::Join(result));
             }
             Continuation::SyncComplete { group, generation, assignments } => {
                 self.complete_sync(now, &group, generation, assignments, error)
