@@ -49,6 +49,8 @@ mod latency;
 mod loopback;
 #[path = "bench/mux.rs"]
 mod mux;
+#[path = "bench/partitions.rs"]
+mod partitions;
 #[path = "bench/produce.rs"]
 mod produce;
 #[path = "bench/server.rs"]
@@ -98,6 +100,20 @@ enum Command {
     /// then many) against the fsync latency of the filesystem its data is on; with --nodes, on a
     /// cluster too.
     Commits(CommitsArgs),
+    /// Start corral and fill one node with partitions (10 topics of 10,000 by default): topic
+    /// creation latency, one record written to and read from each, descriptors and RSS, and the
+    /// clean and kill -9 restarts.
+    Partitions(PartitionsArgs),
+}
+
+#[derive(Debug, Args)]
+struct PartitionsArgs {
+    #[command(flatten)]
+    start: StartArgs,
+    #[arg(long, default_value_t = 10)]
+    topics: usize,
+    #[arg(long, default_value_t = 10_000)]
+    partitions: i32,
 }
 
 #[derive(Debug, Args)]
@@ -571,6 +587,7 @@ fn main() -> ExitCode {
         Command::Loopback(args) => loopback_command(args),
         Command::Groups(args) => groups_command(args),
         Command::Commits(args) => commits_command(args),
+        Command::Partitions(args) => partitions_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -636,6 +653,19 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
             groups_suite::run_against(&opts, a.bootstrap, a.server_pid, a.shards)
         }
     }
+}
+
+fn partitions_command(a: PartitionsArgs) -> Result<()> {
+    let start = a.start.checked()?;
+    partitions::run(&partitions::PartitionsOpts {
+        server: start.server,
+        server_args: start.server_args,
+        work_dir: start.work_dir,
+        keep_data: start.keep_data,
+        json: start.json,
+        topics: a.topics.max(1),
+        partitions: a.partitions.max(1),
+    })
 }
 
 fn commits_command(a: CommitsArgs) -> Result<()> {

@@ -140,6 +140,8 @@ pub struct StorageConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub max_producer_states_per_partition: usize,
+    /// Segment files kept open at once over all shards; 0 = half the open-file limit.
+    pub max_open_files: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -351,6 +353,7 @@ impl Default for StorageConfig {
             flush_messages: 0,
             flush_ms: 0,
             max_producer_states_per_partition: 10_000,
+            max_open_files: 0,
         }
     }
 }

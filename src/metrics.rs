@@ -24,6 +24,8 @@ pub const SENDFILE_BYTES: &str = "corral_sendfile_bytes_total";
 pub const RECORDS_APPENDED: &str = "corral_records_appended_total";
 pub const RETENTION_SEGMENTS_DELETED: &str = "corral_retention_segments_deleted_total";
 pub const RETENTION_BYTES_DELETED: &str = "corral_retention_bytes_deleted_total";
+pub const SEGMENT_FILES_OPEN: &str = "corral_segment_files_open";
+pub const SEGMENT_FILE_OPENS: &str = "corral_segment_file_opens_total";
 pub const CONNECTIONS_REFUSED: &str = "corral_connections_refused_total";
 pub const CONNECTIONS_CLOSED: &str = "corral_connections_closed_total";
 pub const QUEUED_REQUEST_BYTES: &str = "corral_queued_request_bytes";
@@ -106,6 +108,8 @@ fn describe() {
     describe_counter!(SENDFILE_BYTES, Unit::Bytes, "Record bytes sent to consumers with sendfile(2)");
     describe_counter!(RECORDS_APPENDED, "Records appended to partition logs");
     describe_counter!(RETENTION_SEGMENTS_DELETED, "Segments deleted by retention");
+    describe_gauge!(SEGMENT_FILES_OPEN, "Segment files held open by the shards' caches (storage.max_open_files)");
+    describe_counter!(SEGMENT_FILE_OPENS, "Segment files opened: a count growing with traffic means the cache is too small");
     describe_counter!(RETENTION_BYTES_DELETED, Unit::Bytes, "Bytes deleted by retention");
     describe_counter!(CONNECTIONS_REFUSED, "Client connections closed as they were accepted, by the limit they would pass (limit)");
     describe_counter!(CONNECTIONS_CLOSED, "Client connections closed by the node: idle past connections_max_idle_ms, or a request slower than request_body_timeout_ms (reason)");
@@ -334,6 +338,17 @@ pub fn raft_leader_changed(raft_group: String) {
 /// A request refused by the limit `key` (its config key).
 pub fn limit_reached(key: &'static str) {
     counter!(LIMITS_REACHED, "limit" => key).increment(1);
+}
+
+/// A shard's cache opened a segment file.
+pub fn segment_file_opened() {
+    counter!(SEGMENT_FILE_OPENS).increment(1);
+    gauge!(SEGMENT_FILES_OPEN).increment(1.0);
+}
+
+/// A shard's cache let a segment file go.
+pub fn segment_file_closed() {
+    gauge!(SEGMENT_FILES_OPEN).decrement(1.0);
 }
 
 /// A partition's producer table was full: the producer that wrote least recently was forgotten.

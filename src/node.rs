@@ -30,6 +30,8 @@ pub struct Node {
     pub shutdown: CancellationToken,
     /// The previous run shut down cleanly, so indexes and snapshots on disk can be trusted.
     pub clean_start: bool,
+    /// Segment files each shard keeps open (`storage.max_open_files` over the shards).
+    pub open_files_per_shard: usize,
     /// Owner shard of each coordinator partition (`__consumer_offsets` partition → shard). Fixed
     /// for the life of the process, so group requests route without touching the catalog.
     pub coordinator_shards: Vec<crate::runtime::ShardId>,

@@ -89,6 +89,8 @@ impl Server {
         crate::cluster::remove_deleted_dirs(&data_dir).map_err(io)?;
 
         let shards = config.shard_count();
+        let open_files_per_shard = crate::storage::per_shard_budget(config.storage.max_open_files, shards)
+            .map_err(|reason| StartError::Config(ConfigError::Invalid { key: "storage.max_open_files", reason }))?;
         let catalog = Catalog::load(&meta_dir, shards, config.node.id).map_err(io)?;
         crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
         let producer_ids = ProducerIds::default();
@@ -151,6 +153,7 @@ impl Server {
             producer_ids,
             shutdown: Default::default(),
             clean_start,
+            open_files_per_shard,
             coordinator_shards,
             ready: Default::default(),
             brokers,
@@ -198,6 +201,11 @@ impl Server {
             stop.cancel();
             let _ = raft_net.join();
         }
+        // Closing the partitions wrote their last files without an fsync each: one sync of the
+        // file system makes them all durable before the marker says they can be trusted.
+        let result = result.and_then(|()| {
+            crate::storage::log::sync_filesystem(&self.data_dir).map_err(|e| format!("cannot sync {}: {e}", self.data_dir.display()))
+        });
         if result.is_ok() {
             write_atomically(&self.data_dir.join(CLEAN_SHUTDOWN), b"").map_err(|e| format!("cannot record clean shutdown: {e}"))?;
             tracing::info!("corral stopped cleanly");

@@ -258,10 +258,10 @@ impl Drop for Unregister {
     }
 }
 
-/// Open files the server may need: each partition keeps 3 files open (log, offset index, time
-/// index), so the group scenarios' 11,000 partitions need more than the usual 20,000-file limit
-/// (Kafka's documentation likewise asks for 100,000+). Raised as far as the process is allowed
-/// (a privileged one may raise the hard limit too); failures leave the limit as it was.
+/// Open files a peer broker may need: Kafka keeps a descriptor per segment (its documentation
+/// asks for 100,000+); corral keeps at most `storage.max_open_files`. Raised as far as the
+/// process is allowed (a privileged one may raise the hard limit too); failures leave the limit
+/// as it was.
 const WANT_NOFILE: libc::rlim_t = 262_144;
 
 /// Runs between fork and exec: only async-signal-safe calls.

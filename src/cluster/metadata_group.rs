@@ -382,27 +382,42 @@ fn local_count(node: &Node, topic: &Topic) -> usize {
     topic.partitions.iter().filter(|p| p.leader == node.node_id).count()
 }
 
-/// Creates the partitions in `range` placed on this node, each on its owning shard. A partition
-/// that cannot be created is logged and left out: produce and fetch to it then fail, and the
-/// node's other topics carry on.
+/// Creates the partitions in `range` placed on this node: one job per owning shard, the shards
+/// in parallel, each yielding to its connections between batches. A partition that cannot be
+/// created is logged and left out: produce and fetch to it then fail, and the node's other topics
+/// carry on.
 async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range<i32>) {
+    let mut by_shard: BTreeMap<ShardId, Vec<i32>> = BTreeMap::new();
     for index in range {
-        let Some(meta) = topic.partition(index) else {
-            continue;
-        };
-        if meta.leader != node.node_id {
-            continue;
+        if let Some(meta) = topic.partition(index).filter(|meta| meta.leader == node.node_id) {
+            by_shard.entry(meta.shard).or_default().push(index);
         }
+    }
+    let jobs = by_shard.into_iter().map(|(shard, indexes)| {
         let owned = topic.clone();
-        let opened = node.mesh.run_on(meta.shard, move |owner| async move { super::open_partition(&owner, &owned, index) }).await;
-        let failed = match opened {
-            Ok(Ok(())) => continue,
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e.to_string(),
-        };
-        tracing::error!(topic = %topic.name, partition = index, error = %failed, "cannot create partition");
+        node.mesh.run_on(shard, move |owner| async move {
+            let mut failed = Vec::new();
+            for batch in indexes.chunks(CREATE_BATCH) {
+                for &index in batch {
+                    if let Err(e) = super::open_partition(&owner, &owned, index) {
+                        failed.push((index, e.to_string()));
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+            failed
+        })
+    });
+    for outcome in futures_util::future::join_all(jobs).await {
+        let failed = outcome.unwrap_or_else(|e| vec![(-1, e.to_string())]);
+        for (partition, error) in failed {
+            tracing::error!(topic = %topic.name, partition, %error, "cannot create partition");
+        }
     }
 }
+
+/// Partitions a shard creates between two turns of serving its connections.
+const CREATE_BATCH: usize = 256;
 
 /// Closes and removes the partitions of a deleted topic that this node holds.
 async fn close_local(node: &Arc<Node>, topic: &Topic) {

@@ -240,7 +240,7 @@ fn open_partition(owner: &Rc<Shard>, topic: &Topic, index: i32) -> Result<(), St
         discard_dir(&dir)?;
     }
     let config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
-    let log = PartitionLog::create(&dir, config, now_ms())?;
+    let log = PartitionLog::create(&owner.open_files, &dir, config, now_ms());
     let end_offset = node.end_offsets.publisher(topic.id, index);
     owner.add_partition(topic.id, index, Partition::new(log, end_offset, node.config.storage.flush_messages));
     Ok(())

@@ -21,7 +21,7 @@ pub(super) fn open_partition(dir: &std::path::Path) -> Rc<Partition> {
         max_producer_states: 10_000,
     };
     let config = super::offsets_log_config(config);
-    let (log, _) = PartitionLog::open(dir, config, false, crate::clock::now_ms()).unwrap();
+    let (log, _) = PartitionLog::open(&crate::storage::OpenFiles::new(64), dir, config, false, crate::clock::now_ms()).unwrap();
     Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0)
 }
 

@@ -19,7 +19,7 @@ use crate::coordinator::shell::{PartitionRunner, RaftSettings};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::raft::network::SoloNetwork;
-use crate::storage::{Partition, PartitionLog};
+use crate::storage::{OpenFiles, Partition, PartitionLog};
 use crate::store::local::LocalStore;
 use crate::store::upstream::UpstreamStore;
 use crate::store::PartitionStore;
@@ -35,6 +35,8 @@ pub struct Shard {
     pub node: Arc<Node>,
     pub metrics: ShardMetrics,
     partitions: RefCell<HashMap<PartitionKey, Rc<Partition>>>,
+    /// The segment files of this shard's partitions that are open now.
+    pub open_files: Rc<OpenFiles>,
     /// The coordinator partitions this shard owns, by `__consumer_offsets` partition.
     coordinators: RefCell<HashMap<i32, Rc<PartitionRunner>>>,
     /// The metadata group, on its shard.
@@ -56,6 +58,7 @@ impl Shard {
             };
             let sidecar = node.sidecar.clone().map(|s| Rc::new(crate::sidecar::forward::Forwarder::new(s)));
             Shard {
+                open_files: OpenFiles::new(node.open_files_per_shard),
                 id,
                 metrics: ShardMetrics::new(id),
                 node,
@@ -131,7 +134,7 @@ impl Shard {
                 if topic.name == crate::cluster::OFFSETS_TOPIC {
                     config = crate::coordinator::offsets_log_config(config);
                 }
-                let (log, report) = PartitionLog::open(&dir, config, node.clean_start, now)
+                let (log, report) = PartitionLog::open(&self.open_files, &dir, config, node.clean_start, now)
                     .map_err(|e| format!("cannot open partition {}: {e}", dir.display()))?;
                 if report.truncated_bytes > 0 {
                     tracing::warn!(

@@ -5,14 +5,13 @@
 //! - `.timeindex`: 12-byte entries `(timestamp: i64, relative offset: u32)`: the largest timestamp
 //!   seen so far and the offset where it was seen.
 //!
-//! Entries are appended as the segment grows (every `index.interval.bytes` of log) and kept in
-//! memory for lookups; the files are written through so a clean restart loads them instead of
-//! scanning the log. They are not memory-mapped: the only `unsafe` in corral is sendfile.
+//! Entries are added as the segment grows (every `index.interval.bytes` of log) and kept in
+//! memory for lookups. A file is written whole when its segment is sealed, after a scan rebuilt it,
+//! and at a clean shutdown, so a restart loads it instead of scanning the log; no index holds a
+//! descriptor in between. They are not memory-mapped: the only `unsafe` in corral is sendfile.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Why an index file on disk cannot be trusted (it is then rebuilt from the log).
 #[derive(Debug)]
@@ -27,18 +26,18 @@ pub(crate) enum IndexLoad<T> {
 #[derive(Debug)]
 pub(crate) struct OffsetIndex {
     path: PathBuf,
-    file: Arc<File>,
     base_offset: i64,
     entries: Vec<(u32, u32)>,
+    /// Entries were added since the file was last written (or read).
+    dirty: bool,
 }
 
 impl OffsetIndex {
     const ENTRY: usize = 8;
 
-    /// Creates an empty index, truncating any file at `path`.
-    pub(crate) fn create(path: &Path, base_offset: i64) -> io::Result<OffsetIndex> {
-        let file = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(path)?;
-        Ok(OffsetIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new() })
+    /// An empty index, to be written to `path` (any file there is replaced when it is).
+    pub(crate) fn new(path: &Path, base_offset: i64) -> OffsetIndex {
+        OffsetIndex { path: path.to_path_buf(), base_offset, entries: Vec::new(), dirty: true }
     }
 
     /// Loads an index written earlier and checks that it is usable for a segment of `log_len`
@@ -66,23 +65,34 @@ impl OffsetIndex {
             }
             entries.push((rel, pos));
         }
-        let file = OpenOptions::new().read(true).append(true).open(path)?;
-        Ok(IndexLoad::Loaded(OffsetIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries }))
+        Ok(IndexLoad::Loaded(OffsetIndex { path: path.to_path_buf(), base_offset, entries, dirty: false }))
     }
 
-    pub(crate) fn append(&mut self, offset: i64, position: u32) -> io::Result<()> {
+    pub(crate) fn append(&mut self, offset: i64, position: u32) {
         let rel = (offset - self.base_offset) as u32;
         if let Some(&(last_rel, _)) = self.entries.last() {
             if rel <= last_rel {
-                return Ok(());
+                return;
             }
         }
-        let mut entry = [0u8; Self::ENTRY];
-        entry[0..4].copy_from_slice(&rel.to_be_bytes());
-        entry[4..8].copy_from_slice(&position.to_be_bytes());
-        (&*self.file).write_all(&entry)?;
         self.entries.push((rel, position));
-        Ok(())
+        self.dirty = true;
+    }
+
+    /// Writes the file if entries changed since it was last written; returns its path then (for
+    /// an fsync).
+    pub(crate) fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
+        if !self.dirty {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(self.entries.len() * Self::ENTRY);
+        for &(rel, position) in &self.entries {
+            bytes.extend_from_slice(&rel.to_be_bytes());
+            bytes.extend_from_slice(&position.to_be_bytes());
+        }
+        how.write(&self.path, &bytes)?;
+        self.dirty = false;
+        Ok(Some(&self.path))
     }
 
     /// The last indexed `(offset, position)` at or below `offset`, or the segment start.
@@ -101,10 +111,6 @@ impl OffsetIndex {
         }
     }
 
-    pub(crate) fn file(&self) -> Arc<File> {
-        self.file.clone()
-    }
-
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -121,17 +127,16 @@ impl OffsetIndex {
 #[derive(Debug)]
 pub(crate) struct TimeIndex {
     path: PathBuf,
-    file: Arc<File>,
     base_offset: i64,
     entries: Vec<(i64, u32)>,
+    dirty: bool,
 }
 
 impl TimeIndex {
     const ENTRY: usize = 12;
 
-    pub(crate) fn create(path: &Path, base_offset: i64) -> io::Result<TimeIndex> {
-        let file = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(path)?;
-        Ok(TimeIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries: Vec::new() })
+    pub(crate) fn new(path: &Path, base_offset: i64) -> TimeIndex {
+        TimeIndex { path: path.to_path_buf(), base_offset, entries: Vec::new(), dirty: true }
     }
 
     pub(crate) fn load(path: &Path, base_offset: i64) -> io::Result<IndexLoad<TimeIndex>> {
@@ -154,24 +159,33 @@ impl TimeIndex {
             }
             entries.push((ts, rel));
         }
-        let file = OpenOptions::new().read(true).append(true).open(path)?;
-        Ok(IndexLoad::Loaded(TimeIndex { path: path.to_path_buf(), file: Arc::new(file), base_offset, entries }))
+        Ok(IndexLoad::Loaded(TimeIndex { path: path.to_path_buf(), base_offset, entries, dirty: false }))
     }
 
-    /// Appends `(timestamp, offset)` if the timestamp is larger than the last entry's.
-    pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) -> io::Result<()> {
+    /// Adds `(timestamp, offset)` if the timestamp is larger than the last entry's.
+    pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) {
         if let Some(&(last_ts, _)) = self.entries.last() {
             if timestamp <= last_ts {
-                return Ok(());
+                return;
             }
         }
-        let rel = (offset - self.base_offset) as u32;
-        let mut entry = [0u8; Self::ENTRY];
-        entry[0..8].copy_from_slice(&timestamp.to_be_bytes());
-        entry[8..12].copy_from_slice(&rel.to_be_bytes());
-        (&*self.file).write_all(&entry)?;
-        self.entries.push((timestamp, rel));
-        Ok(())
+        self.entries.push((timestamp, (offset - self.base_offset) as u32));
+        self.dirty = true;
+    }
+
+    /// Writes the file if entries changed since it was last written; returns its path then.
+    pub(crate) fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
+        if !self.dirty {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(self.entries.len() * Self::ENTRY);
+        for &(timestamp, rel) in &self.entries {
+            bytes.extend_from_slice(&timestamp.to_be_bytes());
+            bytes.extend_from_slice(&rel.to_be_bytes());
+        }
+        how.write(&self.path, &bytes)?;
+        self.dirty = false;
+        Ok(Some(&self.path))
     }
 
     /// The offset of the last entry whose timestamp is below `timestamp`; scanning from there
@@ -189,12 +203,34 @@ impl TimeIndex {
         self.entries.last().map(|&(ts, rel)| (ts, self.base_offset + rel as i64))
     }
 
-    pub(crate) fn file(&self) -> Arc<File> {
-        self.file.clone()
-    }
-
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// How an index file is replaced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IndexWrite {
+    /// Through a temporary file and a rename, so that a crash leaves the old file or the new one,
+    /// never a part of the new one (a shorter time index would lose the segment's max timestamp):
+    /// a sealed segment's indexes are trusted once the recovery point passes it.
+    Atomic,
+    /// Over the old file, at a clean shutdown: the marker written after everything is synced is
+    /// what makes a clean start trust it.
+    InPlace,
+}
+
+impl IndexWrite {
+    fn write(self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            IndexWrite::InPlace => std::fs::write(path, bytes),
+            IndexWrite::Atomic => {
+                let mut tmp = path.as_os_str().to_owned();
+                tmp.push(".tmp");
+                std::fs::write(&tmp, bytes)?;
+                std::fs::rename(&tmp, path)
+            }
+        }
     }
 }
 
@@ -206,17 +242,19 @@ mod tests {
     fn offset_index_lookup_and_reload() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000000000000000100.index");
-        let mut idx = OffsetIndex::create(&path, 100).unwrap();
+        let mut idx = OffsetIndex::new(&path, 100);
         assert_eq!(idx.lookup(150), (100, 0));
-        idx.append(109, 4096).unwrap();
-        idx.append(119, 8192).unwrap();
-        idx.append(119, 9000).unwrap(); // not increasing: ignored
+        idx.append(109, 4096);
+        idx.append(119, 8192);
+        idx.append(119, 9000); // not increasing: ignored
         assert_eq!(idx.lookup(99), (100, 0));
         assert_eq!(idx.lookup(108), (100, 0));
         assert_eq!(idx.lookup(109), (109, 4096));
         assert_eq!(idx.lookup(118), (109, 4096));
         assert_eq!(idx.lookup(500), (119, 8192));
-        drop(idx);
+        assert!(!path.exists(), "nothing is written before it is asked for");
+        assert_eq!(idx.write(IndexWrite::Atomic).unwrap(), Some(path.as_path()));
+        assert_eq!(idx.write(IndexWrite::Atomic).unwrap(), None, "unchanged since written");
         let IndexLoad::Loaded(again) = OffsetIndex::load(&path, 100, 10_000).unwrap() else { panic!() };
         assert_eq!(again.len(), 2);
         assert_eq!(again.lookup(130), (119, 8192));
@@ -237,16 +275,16 @@ mod tests {
     fn time_index_lookup() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.timeindex");
-        let mut t = TimeIndex::create(&path, 0).unwrap();
+        let mut t = TimeIndex::new(&path, 0);
         assert_eq!(t.lookup(5), 0);
-        t.maybe_append(1000, 9).unwrap();
-        t.maybe_append(900, 19).unwrap(); // older timestamp: ignored
-        t.maybe_append(2000, 29).unwrap();
+        t.maybe_append(1000, 9);
+        t.maybe_append(900, 19); // older timestamp: ignored
+        t.maybe_append(2000, 29);
         assert_eq!(t.lookup(1000), 0);
         assert_eq!(t.lookup(1001), 9);
         assert_eq!(t.lookup(5000), 29);
         assert_eq!(t.last_entry(), Some((2000, 29)));
-        drop(t);
+        t.write(IndexWrite::InPlace).unwrap();
         let IndexLoad::Loaded(again) = TimeIndex::load(&path, 0).unwrap() else { panic!() };
         assert_eq!(again.last_entry(), Some((2000, 29)));
     }

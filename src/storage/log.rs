@@ -1,19 +1,20 @@
 //! A partition's log: its ordered segments, offset assignment, roll, retention and recovery.
 //!
 //! Synchronous by design: appends go to the page cache and return; whatever must wait for a disk
-//! (fsync) is handed to the caller as file handles ([`PartitionLog::take_unsynced`]), so this type
-//! stays easy to test and never blocks on a flush.
+//! (fsync) is handed to the caller as [`SyncTarget`]s ([`PartitionLog::take_unsynced`]), so this
+//! type stays easy to test and never blocks on a flush.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::rc::Rc;
 
 use crate::record_batch::{self, BatchHeader};
 
+use super::open_files::OpenFiles;
 use super::producer_state::{ProducerStates, SequenceCheck};
-use super::segment::{self, Recovery, Segment};
+use super::segment::{self, Recovery, Segment, SyncTarget};
 use super::timestamp_scan::TimestampLookup;
 use super::{FileSlice, LogConfig, StorageError};
 
@@ -67,13 +68,22 @@ pub struct OpenReport {
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
+    /// The owning shard's open segment files.
+    files: Rc<OpenFiles>,
     /// Never empty; the last segment is the active one.
     segments: BTreeMap<i64, Segment>,
     producers: ProducerStates,
-    /// Files written since the last sync, with the log end offset they reach.
-    unsynced: Vec<Arc<File>>,
+    /// Files written since the last sync, besides the active segment.
+    unsynced: Vec<SyncTarget>,
     /// A segment was created since the last sync: its directory entry must be fsynced too.
     dir_unsynced: bool,
+    /// The partition's directory was created and its entry in the data directory is not synced:
+    /// the first fsync covers it.
+    parent_unsynced: bool,
+    /// The directory and the first segment's file exist. A new partition creates them at its
+    /// first append: creating a topic of 10,000 partitions writes nothing to disk, and a
+    /// partition never written costs no inode.
+    on_disk: bool,
     unflushed_messages: u64,
     /// The first fsync that failed. After it nothing is known about what reached the disk (a
     /// later fsync can succeed with the failed pages dropped), so the log takes no more writes
@@ -84,27 +94,37 @@ pub struct PartitionLog {
 }
 
 impl PartitionLog {
-    /// Creates the directory and an empty first segment.
-    pub fn create(dir: &Path, config: LogConfig, now_ms: i64) -> Result<PartitionLog, StorageError> {
-        std::fs::create_dir_all(dir)?;
-        let segment = Segment::create(dir, 0, config.index_interval_bytes, now_ms)?;
-        let mut segments = BTreeMap::new();
-        segments.insert(0, segment);
-        sync_dir(dir)?;
-        if let Some(parent) = dir.parent() {
-            sync_dir(parent)?;
-        }
-        Ok(PartitionLog::with_segments(dir, config, segments))
+    /// A new, empty partition. Its directory and first segment are created by the first append
+    /// and fsynced by the first flush after it: until then a crash loses only an empty partition,
+    /// which opening creates again.
+    pub fn create(files: &Rc<OpenFiles>, dir: &Path, config: LogConfig, now_ms: i64) -> PartitionLog {
+        let segment = Segment::unwritten(files, dir, 0, config.index_interval_bytes, now_ms);
+        let mut log = PartitionLog::with_segments(files, dir, config, BTreeMap::from([(0, segment)]));
+        log.on_disk = false;
+        log
     }
 
-    fn with_segments(dir: &Path, config: LogConfig, segments: BTreeMap<i64, Segment>) -> PartitionLog {
+    /// Creates the directory and the first segment's file, before the first append.
+    fn materialize(&mut self) -> io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        self.active().create_file()?;
+        self.on_disk = true;
+        self.dir_unsynced = true;
+        self.parent_unsynced = true;
+        Ok(())
+    }
+
+    fn with_segments(files: &Rc<OpenFiles>, dir: &Path, config: LogConfig, segments: BTreeMap<i64, Segment>) -> PartitionLog {
         PartitionLog {
             dir: dir.to_path_buf(),
             config,
+            files: files.clone(),
             segments,
             producers: ProducerStates::default(),
             unsynced: Vec::new(),
             dir_unsynced: false,
+            parent_unsynced: false,
+            on_disk: true,
             unflushed_messages: 0,
             sync_failed: None,
             recovery_point: 0,
@@ -117,9 +137,15 @@ impl PartitionLog {
     /// a crash every segment that reaches past the recovery point (the active one at least) is
     /// scanned, every batch checked, a torn tail truncated and the indexes rebuilt; producer
     /// state is rebuilt from the batch headers of every segment.
-    pub fn open(dir: &Path, config: LogConfig, clean: bool, now_ms: i64) -> Result<(PartitionLog, OpenReport), StorageError> {
+    pub fn open(
+        files: &Rc<OpenFiles>,
+        dir: &Path,
+        config: LogConfig,
+        clean: bool,
+        now_ms: i64,
+    ) -> Result<(PartitionLog, OpenReport), StorageError> {
         if !dir.exists() {
-            return Ok((PartitionLog::create(dir, config, now_ms)?, OpenReport { segments: 1, ..Default::default() }));
+            return Ok((PartitionLog::create(files, dir, config, now_ms), OpenReport { segments: 1, ..Default::default() }));
         }
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -130,7 +156,7 @@ impl PartitionLog {
             }
         }
         if bases.is_empty() {
-            return Ok((PartitionLog::create(dir, config, now_ms)?, OpenReport { segments: 1, ..Default::default() }));
+            return Ok((PartitionLog::create(files, dir, config, now_ms), OpenReport { segments: 1, ..Default::default() }));
         }
         bases.sort_unstable();
         let mut report = OpenReport::default();
@@ -142,14 +168,15 @@ impl PartitionLog {
             if torn_at.is_some() {
                 // Past a torn segment: its records would leave a gap in the offsets (Kafka drops
                 // them the same way).
-                let (segment, _) = Segment::open(dir, base, config.index_interval_bytes, true, now_ms)?;
+                let (segment, _) = Segment::open(files, dir, base, config.index_interval_bytes, true, now_ms)?;
                 report.truncated_bytes += segment.size();
                 segment.delete()?;
                 continue;
             }
             let fsynced = bases.get(i + 1).is_some_and(|&next| next <= recovery_point);
             let trust = clean || fsynced;
-            let (segment, Recovery { batches, truncated_bytes }) = Segment::open(dir, base, config.index_interval_bytes, trust, now_ms)?;
+            let (segment, Recovery { batches, truncated_bytes }) =
+                Segment::open(files, dir, base, config.index_interval_bytes, trust, now_ms)?;
             report.recovered_batches += batches;
             report.truncated_bytes += truncated_bytes;
             if truncated_bytes > 0 && i + 1 < bases.len() {
@@ -158,13 +185,20 @@ impl PartitionLog {
             segments.insert(base, segment);
         }
         report.segments = segments.len();
-        let mut log = PartitionLog::with_segments(dir, config, segments);
+        let mut log = PartitionLog::with_segments(files, dir, config, segments);
         log.recovery_point = recovery_point;
-        log.producers = match (clean, log.load_producer_snapshot()) {
-            (true, Some(states)) => states,
-            _ => log.rebuild_producer_states(now_ms)?,
+        // Sealed segments whose indexes were rebuilt write them now; the next fsync covers them
+        // before the recovery point moves past them.
+        let sealed = log.segments.len() - 1;
+        for segment in log.segments.values_mut().take(sealed) {
+            let written = segment.rebuilt_indexes()?;
+            log.unsynced.extend(written);
+        }
+        let snapshot = if clean { log.load_producer_snapshot() } else { None };
+        log.producers = match snapshot {
+            Some(states) => states,
+            None => log.rebuild_producer_states(now_ms)?,
         };
-        let _ = std::fs::remove_file(dir.join(PRODUCER_SNAPSHOT));
         Ok((log, report))
     }
 
@@ -244,6 +278,9 @@ impl PartitionLog {
         let base_offset = self.log_end_offset();
         header.base_offset = base_offset;
         header.partition_leader_epoch = 0;
+        if !self.on_disk {
+            self.materialize()?;
+        }
         self.maybe_roll(&header, batch.len(), now_ms)?;
 
         let mut head = [0u8; 16];
@@ -290,11 +327,9 @@ impl PartitionLog {
     /// Seals the active segment and opens a new one at the log end offset.
     pub fn roll(&mut self, now_ms: i64) -> Result<(), StorageError> {
         let next = self.log_end_offset();
-        let active = self.active_mut();
-        active.seal()?;
-        let files = active.files();
-        self.unsynced.extend(files);
-        let segment = Segment::create(&self.dir, next, self.config.index_interval_bytes, now_ms)?;
+        let sealed = self.active_mut().seal()?;
+        self.unsynced.extend(sealed);
+        let segment = Segment::create(&self.files, &self.dir, next, self.config.index_interval_bytes, now_ms)?;
         self.segments.insert(next, segment);
         self.dir_unsynced = true;
         Ok(())
@@ -399,17 +434,25 @@ impl PartitionLog {
     }
 
     /// Everything an fsync must cover to make the current log end durable: files of segments
-    /// rolled since the last sync, the directory where segments were created since, and the
-    /// active segment. Resets the unflushed count. Refused once an fsync has failed.
-    pub fn take_unsynced(&mut self) -> Result<Vec<Arc<File>>, StorageError> {
+    /// rolled since the last sync, the directory where segments were created since (and the data
+    /// directory's entry for a new partition), and the active segment's log. Resets the unflushed
+    /// count. Refused once an fsync has failed.
+    pub fn take_unsynced(&mut self) -> Result<Vec<SyncTarget>, StorageError> {
         self.check_sync()?;
-        let mut files = std::mem::take(&mut self.unsynced);
+        let mut targets = std::mem::take(&mut self.unsynced);
         if std::mem::take(&mut self.dir_unsynced) {
-            files.push(Arc::new(File::open(&self.dir)?));
+            targets.push(SyncTarget::Path(self.dir.clone()));
         }
-        files.extend(self.active().files());
+        if std::mem::take(&mut self.parent_unsynced) {
+            if let Some(parent) = self.dir.parent() {
+                targets.push(SyncTarget::Path(parent.to_path_buf()));
+            }
+        }
+        if self.on_disk {
+            targets.push(SyncTarget::Open(self.active().log_file()?));
+        }
         self.unflushed_messages = 0;
-        Ok(files)
+        Ok(targets)
     }
 
     /// Records that an fsync of what [`PartitionLog::take_unsynced`] returned failed: the log
@@ -439,14 +482,25 @@ impl PartitionLog {
         self.recovery_point = self.recovery_point.max(offset);
     }
 
-    /// Syncs everything and writes the producer snapshot, for a clean shutdown.
+    /// Writes what a clean start reads (the active segment's indexes, the producer snapshot), for
+    /// a clean shutdown. Nothing is fsynced here: with thousands of partitions that is thousands
+    /// of flushes, so the caller syncs the whole file system once ([`sync_filesystem`]) before it
+    /// records the shutdown as clean. An empty log writes nothing (opening it costs nothing).
+    ///
+    /// Every close replaces or removes the snapshot, so the one a clean start finds is always the
+    /// last shutdown's (and one left by an earlier shutdown is never trusted).
     pub fn close(&mut self) -> Result<(), StorageError> {
-        for file in self.take_unsynced()? {
-            file.sync_all()?;
+        self.check_sync()?;
+        if self.size_bytes() == 0 && self.segments.len() == 1 {
+            match std::fs::remove_file(self.dir.join(PRODUCER_SNAPSHOT)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+                _ => return Ok(()),
+            }
         }
+        self.active_mut().close()?;
+        // Over the old file: the clean-shutdown marker is what makes it trusted.
         let snapshot = ProducerSnapshot { log_end_offset: self.log_end_offset(), producers: self.producers.clone() };
-        let bytes = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
-        write_atomically(&self.dir.join(PRODUCER_SNAPSHOT), &bytes)?;
+        std::fs::write(self.dir.join(PRODUCER_SNAPSHOT), serde_json::to_vec(&snapshot).map_err(io::Error::other)?)?;
         Ok(())
     }
 
@@ -490,6 +544,13 @@ pub(crate) fn write_recovery_point(path: &Path, offset: i64) -> io::Result<()> {
 /// The recovery point of a partition directory; 0 (check everything) when there is none.
 fn read_recovery_point(dir: &Path) -> i64 {
     std::fs::read_to_string(dir.join(RECOVERY_POINT)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Flushes everything written to the file system that holds `dir` (syncfs(2)): one call for
+/// what closing every partition wrote.
+pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
+    rustix::fs::syncfs(File::open(dir)?)?;
+    Ok(())
 }
 
 /// fsync a directory so that entries created or renamed in it survive a crash.

@@ -116,7 +116,7 @@ impl Partition {
                         if inject_failure {
                             return Err(io::Error::other("injected fsync failure"));
                         }
-                        files.iter().try_for_each(|f| f.sync_data())?;
+                        files.iter().try_for_each(super::SyncTarget::sync)?;
                         if let Some((path, offset)) = &recovery {
                             super::log::write_recovery_point(path, *offset)?;
                         }

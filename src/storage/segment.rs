@@ -2,16 +2,21 @@
 //!
 //! File names are the base offset, zero-padded to 20 digits, as in Kafka
 //! (`00000000000000000000.log`), so tools that understand Kafka's log layout can read them.
+//!
+//! The `.log` is opened through the shard's [`OpenFiles`] when it is used; the index files are
+//! written when the segment is sealed (see `index.rs`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::record_batch::{self, BatchHeader};
 
-use super::index::{IndexLoad, OffsetIndex, TimeIndex};
+use super::index::{IndexLoad, IndexWrite, OffsetIndex, TimeIndex};
+use super::open_files::{CachedFile, OpenFiles};
 use super::timestamp_scan::{self, Target, TimestampScan};
 use super::FileSlice;
 
@@ -32,8 +37,7 @@ pub(crate) struct BatchPosition {
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub(crate) base_offset: i64,
-    log_path: PathBuf,
-    log: Arc<File>,
+    log: CachedFile,
     /// Bytes of valid batches in the log file.
     size: u64,
     index: OffsetIndex,
@@ -53,17 +57,34 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates a new, empty segment.
-    pub(crate) fn create(dir: &Path, base_offset: i64, index_interval: u32, now_ms: i64) -> io::Result<Segment> {
-        let log_path = dir.join(file_name(base_offset, "log"));
-        let log = OpenOptions::new().create(true).read(true).append(true).open(&log_path)?;
-        log.set_len(0)?;
-        Ok(Segment {
+    pub(crate) fn create(files: &Rc<OpenFiles>, dir: &Path, base_offset: i64, index_interval: u32, now_ms: i64) -> io::Result<Segment> {
+        let segment = Segment::unwritten(files, dir, base_offset, index_interval, now_ms);
+        segment.create_file()?;
+        Ok(segment)
+    }
+
+    /// An empty segment whose file does not exist yet ([`Segment::create_file`] makes it): a new
+    /// partition touches the disk at its first append, not when its topic is created.
+    pub(crate) fn unwritten(files: &Rc<OpenFiles>, dir: &Path, base_offset: i64, index_interval: u32, now_ms: i64) -> Segment {
+        Segment::empty(files.file(dir.join(file_name(base_offset, "log"))), dir, base_offset, index_interval, now_ms)
+    }
+
+    /// Creates (or empties) the segment's log file.
+    pub(crate) fn create_file(&self) -> io::Result<()> {
+        let opened = OpenOptions::new().create(true).read(true).append(true).open(self.log.path())?;
+        opened.set_len(0)?;
+        self.log.insert(opened)?;
+        Ok(())
+    }
+
+    /// A segment that has indexed nothing yet, over `log`.
+    fn empty(log: CachedFile, dir: &Path, base_offset: i64, index_interval: u32, now_ms: i64) -> Segment {
+        Segment {
             base_offset,
-            log_path,
-            log: Arc::new(log),
+            log,
             size: 0,
-            index: OffsetIndex::create(&dir.join(file_name(base_offset, "index")), base_offset)?,
-            time_index: TimeIndex::create(&dir.join(file_name(base_offset, "timeindex")), base_offset)?,
+            index: OffsetIndex::new(&dir.join(file_name(base_offset, "index")), base_offset),
+            time_index: TimeIndex::new(&dir.join(file_name(base_offset, "timeindex")), base_offset),
             index_interval,
             bytes_since_index: 0,
             next_offset: base_offset,
@@ -71,15 +92,17 @@ impl Segment {
             offset_of_max_timestamp: -1,
             first_timestamp: None,
             created_ms: now_ms,
-        })
+        }
     }
 
     /// Opens a segment written earlier.
     ///
     /// With `trust_indexes` (a clean shutdown and a sealed segment) the index files are loaded and
     /// only sanity-checked; otherwise the log is scanned batch by batch, every CRC is checked, the
-    /// file is truncated at the first invalid batch (a torn tail) and both indexes are rebuilt.
+    /// file is truncated at the first invalid batch (a torn tail) and both indexes are rebuilt in
+    /// memory (written by [`Segment::write_indexes`]). An empty log needs no index files.
     pub(crate) fn open(
+        files: &Rc<OpenFiles>,
         dir: &Path,
         base_offset: i64,
         index_interval: u32,
@@ -87,78 +110,57 @@ impl Segment {
         now_ms: i64,
     ) -> io::Result<(Segment, Recovery)> {
         let log_path = dir.join(file_name(base_offset, "log"));
-        let log = Arc::new(OpenOptions::new().read(true).append(true).open(&log_path)?);
-        let file_len = log.metadata()?.len();
-        let index_path = dir.join(file_name(base_offset, "index"));
-        let time_path = dir.join(file_name(base_offset, "timeindex"));
-
-        if trust_indexes {
-            let loaded = (OffsetIndex::load(&index_path, base_offset, file_len.max(1))?, TimeIndex::load(&time_path, base_offset)?);
-            if let (IndexLoad::Corrupt(why), _) | (_, IndexLoad::Corrupt(why)) = &loaded {
-                tracing::warn!(segment = %log_path.display(), reason = why, "rebuilding index");
-            }
-            if let (IndexLoad::Loaded(index), IndexLoad::Loaded(time_index)) = loaded {
-                let mut segment = Segment {
-                    base_offset,
-                    log_path: log_path.clone(),
-                    log: log.clone(),
-                    size: file_len,
-                    index,
-                    time_index,
-                    index_interval,
-                    bytes_since_index: 0,
-                    next_offset: base_offset,
-                    max_timestamp: -1,
-                    offset_of_max_timestamp: -1,
-                    first_timestamp: None,
-                    created_ms: now_ms,
-                };
-                if let Some(last) = segment.last_batch()? {
-                    segment.next_offset = last.header.last_offset() + 1;
-                    if let Some((ts, off)) = segment.time_index.last_entry() {
-                        segment.max_timestamp = ts;
-                        segment.offset_of_max_timestamp = off;
-                    }
-                    if let Some(first) = segment.batch_at(0)? {
-                        segment.first_timestamp = valid_ts(first.max_timestamp);
-                    }
-                    return Ok((segment, Recovery::default()));
-                }
-                if file_len == 0 {
-                    return Ok((segment, Recovery::default()));
-                }
-                // The index says the log is non-empty but its last batch is unreadable: scan.
-            }
+        let opened = OpenOptions::new().read(true).append(true).open(&log_path)?;
+        let file_len = opened.metadata()?.len();
+        let log = files.file(log_path);
+        log.insert(opened)?;
+        let mut segment = Segment::empty(log, dir, base_offset, index_interval, now_ms);
+        if trust_indexes && file_len > 0 && segment.load_indexes(file_len)? {
+            return Ok((segment, Recovery::default()));
         }
-
-        let mut segment = Segment {
-            base_offset,
-            log_path,
-            log,
-            size: 0,
-            index: OffsetIndex::create(&index_path, base_offset)?,
-            time_index: TimeIndex::create(&time_path, base_offset)?,
-            index_interval,
-            bytes_since_index: 0,
-            next_offset: base_offset,
-            max_timestamp: -1,
-            offset_of_max_timestamp: -1,
-            first_timestamp: None,
-            created_ms: now_ms,
-        };
+        segment.index = OffsetIndex::new(segment.index.path(), base_offset);
+        segment.time_index = TimeIndex::new(segment.time_index.path(), base_offset);
         let recovery = segment.rebuild(file_len)?;
         Ok((segment, recovery))
+    }
+
+    /// Loads the index files and the offsets and timestamps they give; `false` when they cannot
+    /// be trusted (missing, corrupt, or pointing at no readable batch).
+    fn load_indexes(&mut self, file_len: u64) -> io::Result<bool> {
+        let loaded =
+            (OffsetIndex::load(self.index.path(), self.base_offset, file_len)?, TimeIndex::load(self.time_index.path(), self.base_offset)?);
+        let (index, time_index) = match loaded {
+            (IndexLoad::Loaded(index), IndexLoad::Loaded(time_index)) => (index, time_index),
+            (IndexLoad::Corrupt(why), _) | (_, IndexLoad::Corrupt(why)) => {
+                tracing::warn!(segment = %self.log.path().display(), reason = why, "rebuilding index");
+                return Ok(false);
+            }
+        };
+        self.index = index;
+        self.time_index = time_index;
+        self.size = file_len;
+        let Some(last) = self.last_batch()? else { return Ok(false) };
+        self.next_offset = last.header.last_offset() + 1;
+        if let Some((ts, off)) = self.time_index.last_entry() {
+            self.max_timestamp = ts;
+            self.offset_of_max_timestamp = off;
+        }
+        if let Some(first) = self.batch_at(&*self.log.get()?, 0)? {
+            self.first_timestamp = valid_ts(first.max_timestamp);
+        }
+        Ok(true)
     }
 
     /// Scans the whole log, validating each batch and rebuilding the indexes; truncates the file
     /// after the last valid batch.
     fn rebuild(&mut self, file_len: u64) -> io::Result<Recovery> {
+        let log = self.log.get()?;
         let mut position = 0u64;
         let mut recovery = Recovery::default();
         let mut buf = Vec::new();
         let mut first = true;
         while position < file_len {
-            let header = match self.read_header(position, file_len)? {
+            let header = match timestamp_scan::read_header(&log, position, file_len)? {
                 Some(h) => h,
                 None => break,
             };
@@ -167,7 +169,7 @@ impl Segment {
                 break;
             }
             buf.resize(total, 0);
-            self.log.read_exact_at(&mut buf, position)?;
+            log.read_exact_at(&mut buf, position)?;
             if record_batch::validate(&buf).is_err() {
                 break;
             }
@@ -175,33 +177,30 @@ impl Segment {
                 self.first_timestamp = valid_ts(header.max_timestamp);
                 first = false;
             }
-            self.track(&header, position, total as u32)?;
+            self.track(&header, position, total as u32);
             position += total as u64;
             recovery.batches += 1;
         }
         if position < file_len {
             recovery.truncated_bytes = file_len - position;
-            self.log.set_len(position)?;
+            log.set_len(position)?;
         }
         self.size = position;
         Ok(recovery)
     }
 
-    /// Reads and parses the batch header at `position`, or `None` when the bytes there cannot be
-    /// a batch (past the end, too short, wrong magic).
-    fn read_header(&self, position: u64, limit: u64) -> io::Result<Option<BatchHeader>> {
-        timestamp_scan::read_header(&self.log, position, limit)
-    }
-
-    fn batch_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
-        self.read_header(position, self.size)
+    /// The batch header at `position`, or `None` when the bytes there cannot be a batch (past
+    /// the end, too short, wrong magic).
+    fn batch_at(&self, log: &File, position: u64) -> io::Result<Option<BatchHeader>> {
+        timestamp_scan::read_header(log, position, self.size)
     }
 
     /// The last batch, found from the last index entry.
     fn last_batch(&self) -> io::Result<Option<BatchPosition>> {
+        let log = self.log.get()?;
         let (_, mut position) = self.index.lookup(i64::MAX);
         let mut last = None;
-        while let Some(header) = self.read_header(position as u64, self.size)? {
+        while let Some(header) = self.batch_at(&log, position as u64)? {
             let next = position as u64 + header.total_len() as u64;
             if next > self.size {
                 break;
@@ -216,10 +215,10 @@ impl Segment {
     }
 
     /// Updates the indexes and offset bookkeeping for a batch just written at `position`.
-    fn track(&mut self, header: &BatchHeader, position: u64, len: u32) -> io::Result<()> {
+    fn track(&mut self, header: &BatchHeader, position: u64, len: u32) {
         if self.bytes_since_index >= self.index_interval {
-            self.index.append(header.last_offset(), position as u32)?;
-            self.time_index.maybe_append(self.max_timestamp.max(header.max_timestamp), self.offset_for_time(header))?;
+            self.index.append(header.last_offset(), position as u32);
+            self.time_index.maybe_append(self.max_timestamp.max(header.max_timestamp), self.offset_for_time(header));
             self.bytes_since_index = 0;
         }
         self.bytes_since_index += len;
@@ -228,7 +227,6 @@ impl Segment {
             self.offset_of_max_timestamp = header.last_offset();
         }
         self.next_offset = header.last_offset() + 1;
-        Ok(())
     }
 
     fn offset_for_time(&self, header: &BatchHeader) -> i64 {
@@ -248,7 +246,8 @@ impl Segment {
         let mut bufs: &mut [IoSlice<'_>] = &mut bufs;
         let mut written = 0usize;
         let total = head.len() + rest.len();
-        let mut file = &*self.log;
+        let log = self.log.get()?;
+        let mut file = &*log;
         while written < total {
             let n = file.write_vectored(bufs)?;
             if n == 0 {
@@ -261,14 +260,15 @@ impl Segment {
             self.first_timestamp = valid_ts(header.max_timestamp);
         }
         self.size += total as u64;
-        self.track(header, position, total as u32)
+        self.track(header, position, total as u32);
+        Ok(())
     }
 
     /// Finds the first batch that holds `offset` or a later one.
-    pub(crate) fn find_batch(&self, offset: i64) -> io::Result<Option<BatchPosition>> {
+    pub(crate) fn find_batch(&self, log: &File, offset: i64) -> io::Result<Option<BatchPosition>> {
         let (_, start) = self.index.lookup(offset);
         let mut position = start as u64;
-        while let Some(header) = self.batch_at(position)? {
+        while let Some(header) = self.batch_at(log, position)? {
             if header.last_offset() >= offset {
                 return Ok(Some(BatchPosition { position, header }));
             }
@@ -281,7 +281,8 @@ impl Segment {
     /// `max_bytes` long, except that with `min_one_batch` the first batch is always whole (KIP-74).
     /// Returns the slice and the length of its first batch.
     pub(crate) fn read(&self, offset: i64, max_bytes: u64, min_one_batch: bool) -> io::Result<Option<(FileSlice, u64)>> {
-        let Some(found) = self.find_batch(offset)? else { return Ok(None) };
+        let log = self.log.get()?;
+        let Some(found) = self.find_batch(&log, offset)? else { return Ok(None) };
         let available = self.size - found.position;
         let first_len = found.header.total_len() as u64;
         let mut len = available.min(max_bytes);
@@ -291,7 +292,7 @@ impl Segment {
         if len == 0 {
             return Ok(None);
         }
-        Ok(Some((FileSlice { file: self.log.clone(), position: found.position, len }, first_len.min(available))))
+        Ok(Some((FileSlice { file: log, position: found.position, len }, first_len.min(available))))
     }
 
     /// The scan that finds the first record with a timestamp at or after `timestamp`, `None` when
@@ -310,13 +311,14 @@ impl Segment {
 
     fn scan_from(&self, from_offset: i64, target: Target) -> TimestampScan {
         let (_, position) = self.index.lookup(from_offset);
-        TimestampScan { log: self.log.clone(), position: position as u64, size: self.size, from_offset, target }
+        TimestampScan { log: self.log.path().to_path_buf(), position: position as u64, size: self.size, from_offset, target }
     }
 
     /// Calls `f` with the header of every batch, in order (producer-state rebuild).
     pub(crate) fn for_each_batch(&self, mut f: impl FnMut(&BatchHeader)) -> io::Result<()> {
+        let log = self.log.get()?;
         let mut position = 0;
-        while let Some(header) = self.batch_at(position)? {
+        while let Some(header) = self.batch_at(&log, position)? {
             f(&header);
             position += header.total_len() as u64;
         }
@@ -324,17 +326,50 @@ impl Segment {
     }
 
     /// Seals the segment when it stops being the active one: records its final max timestamp in
-    /// the time index. The caller syncs [`Segment::files`] in the background.
-    pub(crate) fn seal(&mut self) -> io::Result<()> {
-        if self.max_timestamp >= 0 {
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
-        }
+    /// the time index and writes both indexes. Returns what the caller must fsync (in the
+    /// background) before the segment counts as durable.
+    pub(crate) fn seal(&mut self) -> io::Result<Vec<SyncTarget>> {
+        self.record_max_timestamp();
+        let mut targets = vec![SyncTarget::Open(self.log.get()?)];
+        targets.extend(self.write_indexes(IndexWrite::Atomic)?);
+        Ok(targets)
+    }
+
+    /// Writes the active segment's indexes at a clean shutdown, its max timestamp included (a
+    /// clean start reads it from the time index, as Kafka does when it closes a segment).
+    pub(crate) fn close(&mut self) -> io::Result<()> {
+        self.record_max_timestamp();
+        self.write_indexes(IndexWrite::InPlace)?;
         Ok(())
     }
 
-    /// The segment's three files, for an fsync off the shard thread.
-    pub(crate) fn files(&self) -> [Arc<File>; 3] {
-        [self.log.clone(), self.index.file(), self.time_index.file()]
+    fn record_max_timestamp(&mut self) {
+        if self.max_timestamp >= 0 {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+        }
+    }
+
+    /// Writes the indexes a scan rebuilt (a sealed segment's, at open) for the next fsync.
+    pub(crate) fn rebuilt_indexes(&mut self) -> io::Result<Vec<SyncTarget>> {
+        self.write_indexes(IndexWrite::Atomic)
+    }
+
+    /// Writes the index files whose entries changed since they were last written and names them
+    /// for an fsync (a sealed or rebuilt segment's; the active one's at a clean shutdown).
+    pub(crate) fn write_indexes(&mut self, how: IndexWrite) -> io::Result<Vec<SyncTarget>> {
+        let mut written = Vec::new();
+        if let Some(path) = self.index.write(how)? {
+            written.push(SyncTarget::Path(path.to_path_buf()));
+        }
+        if let Some(path) = self.time_index.write(how)? {
+            written.push(SyncTarget::Path(path.to_path_buf()));
+        }
+        Ok(written)
+    }
+
+    /// The log file, for an fsync off the shard thread.
+    pub(crate) fn log_file(&self) -> io::Result<Arc<File>> {
+        self.log.get()
     }
 
     pub(crate) fn size(&self) -> u64 {
@@ -347,7 +382,7 @@ impl Segment {
 
     /// Removes the segment's files. In-flight fetches keep their handle and still read.
     pub(crate) fn delete(self) -> io::Result<()> {
-        for path in [self.log_path.as_path(), self.index.path(), self.time_index.path()] {
+        for path in [self.log.path(), self.index.path(), self.time_index.path()] {
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -355,6 +390,28 @@ impl Segment {
             }
         }
         Ok(())
+    }
+}
+
+/// A file an fsync must cover: one already open, or one to open for it (index files and
+/// directories, which hold no descriptor between writes).
+#[derive(Debug)]
+pub enum SyncTarget {
+    Open(Arc<File>),
+    Path(PathBuf),
+}
+
+impl SyncTarget {
+    /// Blocking. A file removed meanwhile (retention, a deleted topic) needs no fsync.
+    pub fn sync(&self) -> io::Result<()> {
+        match self {
+            SyncTarget::Open(file) => file.sync_data(),
+            SyncTarget::Path(path) => match File::open(path) {
+                Ok(file) => file.sync_all(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            },
+        }
     }
 }
 

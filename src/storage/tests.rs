@@ -5,8 +5,10 @@ use std::os::unix::fs::FileExt;
 
 use kafka_protocol::records::Compression as Codec;
 
+use std::rc::Rc;
+
 use super::log::PartitionLog;
-use super::{FileSlice, LogConfig, StorageError};
+use super::{FileSlice, LogConfig, OpenFiles, StorageError};
 use crate::record_batch::tests::batch;
 use crate::record_batch::{self, BatchHeader};
 
@@ -20,6 +22,11 @@ fn config() -> LogConfig {
         max_message_bytes: 1 << 20,
         max_producer_states: 10_000,
     }
+}
+
+/// Room for two open files: every test also runs its segments through evictions and reopens.
+fn files() -> Rc<OpenFiles> {
+    OpenFiles::new(2)
 }
 
 fn slice_bytes(slice: &FileSlice) -> Vec<u8> {
@@ -45,7 +52,7 @@ fn batch_offsets(mut bytes: &[u8]) -> Vec<i64> {
 #[test]
 fn append_assigns_offsets_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     for i in 0..10 {
         let info = log.append(&batch(3, Codec::None, None, 1000 + i), 0).unwrap();
         assert_eq!(info.base_offset, i * 3);
@@ -67,7 +74,7 @@ fn append_assigns_offsets_and_reads_back() {
 #[test]
 fn max_bytes_and_the_first_batch_rule() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     let one = batch(5, Codec::None, None, 0);
     let len = one.len() as u64;
     for _ in 0..4 {
@@ -88,7 +95,7 @@ fn index_lookups_across_many_batches() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config();
     cfg.index_interval_bytes = 512;
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
     for i in 0..500 {
         log.append(&batch(2, Codec::None, None, i * 10), 0).unwrap();
     }
@@ -108,12 +115,25 @@ fn index_lookups_across_many_batches() {
 #[test]
 fn timestamps_inside_compressed_batches() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     log.append(&batch(10, Codec::Zstd, None, 100), 0).unwrap();
     log.append(&batch(10, Codec::Lz4, None, 200), 0).unwrap();
     assert_eq!(log.timestamp_lookup(105).run().unwrap(), Some((5, 105)));
     assert_eq!(log.timestamp_lookup(150).run().unwrap(), Some((10, 200)));
     assert_eq!(log.max_timestamp_lookup().run().unwrap(), Some((19, 209)));
+}
+
+#[test]
+fn a_clean_restart_keeps_the_timestamps_of_a_segment_smaller_than_the_index_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
+    log.append(&batch(3, Codec::None, None, 100), 0).unwrap();
+    log.close().unwrap();
+    drop(log);
+    let (log, _) = PartitionLog::open(&files(), &path, config(), true, 0).unwrap();
+    assert_eq!(log.timestamp_lookup(101).run().unwrap(), Some((1, 101)));
+    assert_eq!(log.max_timestamp_lookup().run().unwrap(), Some((2, 102)));
 }
 
 #[test]
@@ -123,7 +143,7 @@ fn rolls_by_size_and_reads_across_segments() {
     let mut cfg = config();
     cfg.segment_bytes = one.len() as u64 * 3;
     let path = dir.path().join("t-0");
-    let mut log = PartitionLog::create(&path, cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, cfg, 0);
     for _ in 0..10 {
         log.append(&one, 0).unwrap();
     }
@@ -155,7 +175,7 @@ fn rolls_by_age_of_the_records() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config();
     cfg.segment_ms = 1000;
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
     // Old timestamps do not roll every batch: age is record time since the segment's first batch.
     let years_later = 100_000_000_000;
     log.append(&batch(1, Codec::None, None, 5_000), years_later).unwrap();
@@ -171,7 +191,7 @@ fn retention_by_size_and_time() {
     let one = batch(1, Codec::None, None, 0);
     let mut cfg = config();
     cfg.segment_bytes = one.len() as u64 * 2;
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
     for i in 0..10 {
         log.append(&batch(1, Codec::None, None, i * 1000), 0).unwrap();
     }
@@ -202,7 +222,7 @@ fn retention_by_size_and_time() {
 fn recovers_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
     for _ in 0..5 {
         log.append(&batch(2, Codec::Snappy, None, 0), 0).unwrap();
     }
@@ -214,7 +234,7 @@ fn recovers_a_torn_tail() {
     let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
     f.set_len(full - one / 2).unwrap();
     drop(f);
-    let (log, report) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    let (log, report) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
     assert_eq!(report.recovered_batches, 4);
     assert_eq!(report.truncated_bytes, one - one / 2);
     assert_eq!(log.log_end_offset(), 8);
@@ -225,7 +245,7 @@ fn recovers_a_torn_tail() {
 fn recovers_from_garbage_and_a_bad_crc() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
     for _ in 0..3 {
         log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
     }
@@ -238,7 +258,7 @@ fn recovers_from_garbage_and_a_bad_crc() {
     bytes[2 * one + 70] ^= 0x55;
     bytes.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
     std::fs::write(&seg, &bytes).unwrap();
-    let (mut log, report) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    let (mut log, report) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
     assert_eq!(report.recovered_batches, 2);
     assert_eq!(log.log_end_offset(), 2);
     assert_eq!(log.size_bytes(), good - one as u64);
@@ -253,13 +273,13 @@ fn clean_reopen_keeps_everything() {
     let mut cfg = config();
     cfg.segment_bytes = one.len() as u64 * 4;
     cfg.index_interval_bytes = 1;
-    let mut log = PartitionLog::create(&path, cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, cfg, 0);
     for _ in 0..10 {
         log.append(&one, 0).unwrap();
     }
     log.close().unwrap();
     drop(log);
-    let (log, report) = PartitionLog::open(&path, cfg, true, 0).unwrap();
+    let (log, report) = PartitionLog::open(&files(), &path, cfg, true, 0).unwrap();
     assert_eq!(report.segments, 3);
     assert_eq!(report.recovered_batches, 0, "a clean open trusts the indexes");
     assert_eq!(log.log_end_offset(), 30);
@@ -272,7 +292,7 @@ fn clean_reopen_keeps_everything() {
 fn idempotent_producer_dedup_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let mut log = PartitionLog::create(&path, config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
     let b0 = batch(2, Codec::None, Some((42, 0, 0)), 0);
     let b1 = batch(2, Codec::None, Some((42, 0, 2)), 0);
     assert_eq!(log.append(&b0, 0).unwrap().base_offset, 0);
@@ -285,12 +305,12 @@ fn idempotent_producer_dedup_survives_restart() {
     assert!(matches!(log.append(&gap, 0), Err(StorageError::Sequence(_))));
     drop(log);
     // Unclean restart: producer state is rebuilt from the log itself.
-    let (mut log, _) = PartitionLog::open(&path, config(), false, 0).unwrap();
+    let (mut log, _) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
     assert!(log.append(&b1, 0).unwrap().duplicate);
     log.close().unwrap();
     drop(log);
     // Clean restart: from the snapshot.
-    let (mut log, _) = PartitionLog::open(&path, config(), true, 0).unwrap();
+    let (mut log, _) = PartitionLog::open(&files(), &path, config(), true, 0).unwrap();
     assert!(log.append(&b1, 0).unwrap().duplicate);
     assert_eq!(log.append(&batch(1, Codec::None, Some((42, 0, 4)), 0), 0).unwrap().base_offset, 4);
 }
@@ -300,7 +320,7 @@ fn rejects_bad_batches() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config();
     cfg.max_message_bytes = 200;
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), cfg, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
     let big = batch(5, Codec::None, None, 0);
     assert!(matches!(log.append(&big, 0), Err(StorageError::MessageTooLarge { .. })));
     let mut bad = batch(1, Codec::None, None, 0);
@@ -314,7 +334,7 @@ fn rejects_bad_batches() {
 #[test]
 fn stored_bytes_are_the_producer_bytes_with_offsets_assigned() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     log.append(&batch(2, Codec::None, None, 0), 0).unwrap();
     let sent = batch(3, Codec::Lz4, None, 7);
     log.append(&sent, 0).unwrap();
@@ -329,7 +349,7 @@ fn stored_bytes_are_the_producer_bytes_with_offsets_assigned() {
 #[test]
 fn reads_span_many_large_batches() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     let one = batch(10, Codec::None, None, 0);
     for _ in 0..5 {
         log.append(&one, 0).unwrap();
@@ -349,7 +369,7 @@ fn segments_past_the_recovery_point_are_checked_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
     let one = batch(1, Codec::None, None, 0).len() as u64;
-    let mut log = PartitionLog::create(&path, LogConfig { segment_bytes: 2 * one, ..config() }, 0).unwrap();
+    let mut log = PartitionLog::create(&files(), &path, LogConfig { segment_bytes: 2 * one, ..config() }, 0);
     for _ in 0..4 {
         log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
     }
@@ -357,8 +377,8 @@ fn segments_past_the_recovery_point_are_checked_after_a_crash() {
     // segment starts at 2 (it rolls at the next append).
     log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
     assert_eq!(log.segment_count(), 3);
-    for file in log.take_unsynced().unwrap() {
-        file.sync_data().unwrap();
+    for target in log.take_unsynced().unwrap() {
+        target.sync().unwrap();
     }
     let (point_file, point) = log.recovery_point_after_sync().unwrap();
     assert_eq!(point, 4);
@@ -376,7 +396,7 @@ fn segments_past_the_recovery_point_are_checked_after_a_crash() {
     let f = std::fs::OpenOptions::new().write(true).open(&torn).unwrap();
     f.set_len(one + one / 2).unwrap();
     drop(f);
-    let (log, report) = PartitionLog::open(&path, LogConfig { segment_bytes: 2 * one, ..config() }, false, 0).unwrap();
+    let (log, report) = PartitionLog::open(&files(), &path, LogConfig { segment_bytes: 2 * one, ..config() }, false, 0).unwrap();
     assert_eq!(log.log_end_offset(), 5, "cut at the torn batch of segment 4");
     assert_eq!(log.segment_count(), 3, "the segment after the tear is gone");
     assert_eq!(report.truncated_bytes, (one - one / 2) + one);
@@ -390,7 +410,7 @@ fn a_failed_fsync_is_never_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     tokio::task::LocalSet::new().block_on(&runtime, async {
-        let log = PartitionLog::create(&dir.path().join("t-0"), config(), 0).unwrap();
+        let log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
         let partition = super::Partition::new(log, std::sync::Arc::new(tokio::sync::watch::channel(0).0), 1);
         let (_, durable) = partition.append(&batch(1, Codec::None, None, 0), 0).unwrap();
         durable.unwrap().await.unwrap().expect("the first fsync succeeds");
@@ -401,4 +421,35 @@ fn a_failed_fsync_is_never_forgotten() {
         assert!(partition.flush_to(2).await.unwrap().is_err(), "nothing more is reported durable");
         assert!(partition.log.borrow_mut().close().is_err(), "nor a clean shutdown");
     });
+}
+
+#[test]
+fn partitions_share_a_bounded_set_of_open_files_and_write_indexes_when_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = OpenFiles::new(4);
+    let cfg = LogConfig { index_interval_bytes: 1, ..config() };
+    let one = batch(1, Codec::None, None, 0).len() as u64;
+    let mut logs: Vec<PartitionLog> = (0..50)
+        .map(|p| PartitionLog::create(&files, &dir.path().join(format!("t-{p}")), LogConfig { segment_bytes: 3 * one, ..cfg }, 0))
+        .collect();
+    assert!(!dir.path().join("t-0").exists(), "a partition touches the disk at its first append");
+    for round in 0..4 {
+        for log in &mut logs {
+            log.append(&batch(1, Codec::None, None, 0), 0).unwrap();
+            assert_eq!(log.read(round, 1 << 20, true).unwrap().slice.map(|s| batch_offsets(&slice_bytes(&s))), Some(vec![round]));
+        }
+        assert!(files.len() <= 4, "{} files open", files.len());
+    }
+    // Each log rolled once: the sealed segment's indexes are on disk, the active one's are not.
+    let first = dir.path().join("t-0");
+    assert!(first.join("00000000000000000000.index").exists() && first.join("00000000000000000000.timeindex").exists());
+    assert!(!first.join("00000000000000000003.index").exists());
+    // A clean shutdown writes them; a clean start trusts them and reads the same.
+    logs[0].close().unwrap();
+    assert!(first.join("00000000000000000003.index").exists());
+    drop(logs);
+    assert_eq!(files.len(), 0, "dropping the logs closes their files");
+    let (log, report) = PartitionLog::open(&files, &first, LogConfig { segment_bytes: 3 * one, ..cfg }, true, 0).unwrap();
+    assert_eq!((report.segments, report.recovered_batches, log.log_end_offset()), (2, 0, 4));
+    assert_eq!(log.read(1, 1 << 20, true).unwrap().slice.map(|s| batch_offsets(&slice_bytes(&s))), Some(vec![1, 2]));
 }

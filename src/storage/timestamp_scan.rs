@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use crate::record_batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 
@@ -39,11 +39,12 @@ impl TimestampLookup {
     }
 }
 
-/// One segment's part of a lookup. The file handle keeps a segment that retention deletes
-/// meanwhile readable; `size` is what the segment held when the lookup was prepared.
+/// One segment's part of a lookup. The file is opened by the thread that runs it (the shard's
+/// cache of open files is for appends and fetches); `size` is what the segment held when the
+/// lookup was prepared.
 #[derive(Debug)]
 pub(super) struct TimestampScan {
-    pub(super) log: Arc<File>,
+    pub(super) log: PathBuf,
     /// Where to start reading: the offset index's position for `from_offset`.
     pub(super) position: u64,
     pub(super) size: u64,
@@ -62,13 +63,19 @@ pub(super) enum Target {
 }
 
 impl TimestampScan {
+    /// A segment that retention deleted meanwhile holds no answer any more.
     fn run(&self) -> Result<Option<(i64, i64)>, StorageError> {
+        let log = match File::open(&self.log) {
+            Ok(log) => log,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         let mut position = self.position;
-        while let Some(header) = read_header(&self.log, position, self.size)? {
+        while let Some(header) = read_header(&log, position, self.size)? {
             if header.last_offset() >= self.from_offset {
                 match self.target {
                     Target::AtOrAfter(timestamp) if header.max_timestamp >= timestamp => {
-                        let records = self.record_timestamps(position, &header)?;
+                        let records = record_timestamps(&log, position, &header)?;
                         let at_or_after = |&&(offset, ts): &&(i64, i64)| ts >= timestamp && offset >= self.from_offset;
                         if let Some(&found) = records.iter().find(at_or_after) {
                             return Ok(Some(found));
@@ -76,7 +83,7 @@ impl TimestampScan {
                     }
                     Target::AtOrAfter(_) => {}
                     Target::Max(timestamp) => {
-                        let records = self.record_timestamps(position, &header)?;
+                        let records = record_timestamps(&log, position, &header)?;
                         let found = records.into_iter().find(|&(_, ts)| ts == timestamp);
                         return Ok(found.or(Some((header.last_offset(), timestamp))));
                     }
@@ -86,14 +93,14 @@ impl TimestampScan {
         }
         Ok(None)
     }
+}
 
-    /// A batch whose records cannot be looked inside (see [`crate::decompress`]) is the batch's
-    /// error, not the disk's.
-    fn record_timestamps(&self, position: u64, header: &BatchHeader) -> Result<Vec<(i64, i64)>, StorageError> {
-        let mut buf = vec![0u8; header.total_len()];
-        self.log.read_exact_at(&mut buf, position)?;
-        Ok(record_batch::record_timestamps(&buf)?)
-    }
+/// A batch whose records cannot be looked inside (see [`crate::decompress`]) is the batch's error,
+/// not the disk's.
+fn record_timestamps(log: &File, position: u64, header: &BatchHeader) -> Result<Vec<(i64, i64)>, StorageError> {
+    let mut buf = vec![0u8; header.total_len()];
+    log.read_exact_at(&mut buf, position)?;
+    Ok(record_batch::record_timestamps(&buf)?)
 }
 
 /// The header of the batch at `position`, `None` past `limit` or where no valid header is.

@@ -74,6 +74,8 @@ class CorralServer:
             self.config_path = workdir / "corral.toml"
             self.config_path.write_text(config)
         self.extra_args = list(extra_args or [])
+        # prlimit(1) options for the process, e.g. "--nofile=4096:4096".
+        self.prlimits: list[str] = []
         self.kafka_port = 0
         self.admin_port = 0
         self.proc: subprocess.Popen | None = None
@@ -141,11 +143,13 @@ class CorralServer:
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
         args += self.extra_args
-        if ADDRESS_SPACE_BYTES > 0:
+        limits = [f"--as={ADDRESS_SPACE_BYTES}"] if ADDRESS_SPACE_BYTES > 0 else []
+        limits += self.prlimits
+        if limits:
             prlimit = shutil.which("prlimit")
-            assert prlimit, "prlimit (util-linux) is needed to run corral under an address-space limit"
-            # prlimit sets the limit on itself and execs corral: the PID stays corral's.
-            args = [prlimit, f"--as={ADDRESS_SPACE_BYTES}", "--", *args]
+            assert prlimit, "prlimit (util-linux) is needed to run corral under resource limits"
+            # prlimit sets the limits on itself and execs corral: the PID stays corral's.
+            args = [prlimit, *limits, "--", *args]
         return args
 
     def start(self, timeout: float = START_TIMEOUT_S, ready: bool = True) -> "CorralServer":

@@ -186,8 +186,8 @@ impl OffsetsLog {
             log.append(&batch, now)?;
             data.extend_from_slice(&batch);
         }
-        for file in log.take_unsynced()? {
-            file.sync_data()?;
+        for target in log.take_unsynced()? {
+            target.sync()?;
         }
         log.delete_segments_before(start)?;
         drop(log);
