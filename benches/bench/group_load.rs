@@ -208,20 +208,7 @@ pub(crate) async fn heartbeat_storm(
     let mut tasks = Vec::new();
     let connections = opts.connections.clamp(1, members.len());
     for c in 0..connections {
-        let conn = KafkaConn::connect(addr, SocketOpts { rcvbuf: 0 }).await?;
-        let version = conn.version::<HeartbeatRequest>(opts.version)?;
-        let (stream, _) = conn.into_parts()?;
-        let client_id = StrBytes::from_static_str("corral-bench-hb");
-        let mut frames = Vec::new();
-        for m in members.iter().skip(c).step_by(connections) {
-            let request = HeartbeatRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(m.group.clone())))
-                .with_generation_id(m.generation)
-                .with_member_id(StrBytes::from_string(m.member_id.clone()));
-            let mut frame = BytesMut::new();
-            kafka::encode_frame(&mut frame, version, 0, &client_id, &request)?;
-            frames.push(frame.to_vec());
-        }
+        let (stream, version, frames) = heartbeat_connection(addr, members, c, connections, opts.version).await?;
         let counters = counters.clone();
         let depth = opts.depth.max(1);
         tasks.push(tokio::task::spawn_local(async move {
@@ -252,6 +239,209 @@ pub(crate) async fn heartbeat_storm(
         }
     }
     Ok(StormRun { heartbeats: n1 - n0, seconds: (t1 - t0).as_secs_f64(), errors, server_cpu: cpu_delta(cpu0, cpu1), client_cpu: me1 - me0 })
+}
+
+/// A connection for heartbeats and the encoded Heartbeat of every `connections`-th member from
+/// the `c`-th (correlation id 0, set when sent).
+async fn heartbeat_connection(
+    addr: SocketAddr,
+    members: &[IdleMember],
+    c: usize,
+    connections: usize,
+    preferred: i16,
+) -> Result<(tokio::net::TcpStream, i16, Vec<Vec<u8>>)> {
+    let conn = KafkaConn::connect(addr, SocketOpts { rcvbuf: 0 }).await?;
+    let version = conn.version::<HeartbeatRequest>(preferred)?;
+    let (stream, _) = conn.into_parts()?;
+    let client_id = StrBytes::from_static_str("corral-bench-hb");
+    let mut frames = Vec::new();
+    for m in members.iter().skip(c).step_by(connections) {
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(m.group.clone())))
+            .with_generation_id(m.generation)
+            .with_member_id(StrBytes::from_string(m.member_id.clone()));
+        let mut frame = BytesMut::new();
+        kafka::encode_frame(&mut frame, version, 0, &client_id, &request)?;
+        frames.push(frame.to_vec());
+    }
+    Ok((stream, version, frames))
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PacedOpts {
+    pub(crate) connections: usize,
+    /// Every member heartbeats once per interval (a client's heartbeat.interval.ms), its turn
+    /// spread evenly over the interval.
+    pub(crate) interval: Duration,
+    pub(crate) duration: Duration,
+    pub(crate) version: i16,
+}
+
+/// Every idle member heartbeating at a client's pace: is each answered on time?
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PacedRun {
+    pub(crate) members: usize,
+    pub(crate) interval_seconds: f64,
+    pub(crate) seconds: f64,
+    pub(crate) heartbeats: u64,
+    /// Send to response, milliseconds, sorted.
+    pub(crate) latencies_ms: Vec<f64>,
+    pub(crate) errors: BTreeMap<i16, u64>,
+    pub(crate) server_cpu: Option<(f64, f64)>,
+}
+
+impl PacedRun {
+    /// The rate the members ask for: each once per interval.
+    pub(crate) fn required_per_sec(&self) -> f64 {
+        self.members as f64 / self.interval_seconds.max(1e-9)
+    }
+
+    pub(crate) fn per_sec(&self) -> f64 {
+        self.heartbeats as f64 / self.seconds.max(1e-9)
+    }
+
+    pub(crate) fn latency_ms(&self, q: f64) -> f64 {
+        let n = self.latencies_ms.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        self.latencies_ms[((n - 1) as f64 * q).round() as usize]
+    }
+
+    /// Server cores used (user + system over the run).
+    pub(crate) fn server_cores(&self) -> Option<f64> {
+        self.server_cpu.map(|(u, s)| (u + s) / self.seconds.max(1e-9))
+    }
+}
+
+/// State shared by a paced connection's writer and reader.
+#[derive(Debug, Default)]
+struct Paced {
+    sent_at: RefCell<std::collections::VecDeque<Instant>>,
+    latencies_ms: RefCell<Vec<f64>>,
+    errors: RefCell<BTreeMap<i16, u64>>,
+}
+
+/// Every member heartbeats once per `opts.interval` for `opts.duration`, over `opts.connections`
+/// connections; each heartbeat's latency is measured from its write to its answer.
+pub(crate) async fn heartbeat_paced(
+    addr: SocketAddr,
+    members: &[IdleMember],
+    opts: &PacedOpts,
+    server_pid: Option<u32>,
+) -> Result<PacedRun> {
+    if members.is_empty() {
+        bail!("no members to heartbeat for");
+    }
+    let connections = opts.connections.clamp(1, members.len());
+    let mut setups = Vec::new();
+    for c in 0..connections {
+        setups.push(heartbeat_connection(addr, members, c, connections, opts.version).await?);
+    }
+    let cpu0 = server_pid.and_then(process_cpu_time);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let mut states = Vec::new();
+    for (stream, version, frames) in setups {
+        let state = Rc::new(Paced::default());
+        states.push(state.clone());
+        let (interval, duration) = (opts.interval, opts.duration);
+        tasks.push(tokio::task::spawn_local(async move { paced_connection(stream, frames, version, interval, duration, state).await }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu1 = server_pid.and_then(process_cpu_time);
+    let mut run = PacedRun {
+        members: members.len(),
+        interval_seconds: opts.interval.as_secs_f64(),
+        seconds,
+        server_cpu: cpu_delta(cpu0, cpu1),
+        ..Default::default()
+    };
+    for state in states {
+        run.latencies_ms.extend(state.latencies_ms.borrow().iter());
+        for (code, n) in state.errors.borrow().iter() {
+            *run.errors.entry(*code).or_default() += n;
+        }
+    }
+    run.heartbeats = run.latencies_ms.len() as u64;
+    run.latencies_ms.sort_by(f64::total_cmp);
+    Ok(run)
+}
+
+async fn paced_connection(
+    stream: tokio::net::TcpStream,
+    frames: Vec<Vec<u8>>,
+    version: i16,
+    interval: Duration,
+    duration: Duration,
+    state: Rc<Paced>,
+) -> Result<()> {
+    let (read, mut write) = stream.into_split();
+    let reader = tokio::task::spawn_local(read_paced(read, version, state.clone()));
+    let n = frames.len() as u64;
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let mut sent = 0u64;
+    let mut out = Vec::new();
+    while started.elapsed() < duration {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() / interval.as_secs_f64() * n as f64) as u64;
+        out.clear();
+        while sent < due {
+            let at = out.len();
+            out.extend_from_slice(&frames[(sent % n) as usize]);
+            sent += 1;
+            out[at + 8..at + 12].copy_from_slice(&(sent as i32).to_be_bytes());
+            state.sent_at.borrow_mut().push_back(Instant::now());
+        }
+        write.write_all(&out).await?;
+        if reader.is_finished() {
+            break;
+        }
+    }
+    // Wait for the last answers (a heartbeat not answered within a session timeout is a failure).
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while !state.sent_at.borrow().is_empty() && !reader.is_finished() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if reader.is_finished() {
+        reader.await??;
+        bail!("the connection closed");
+    }
+    reader.abort();
+    let unanswered = state.sent_at.borrow().len();
+    if unanswered > 0 {
+        bail!("{unanswered} heartbeats unanswered 45 s after the last was sent");
+    }
+    Ok(())
+}
+
+/// Reads the answers of a paced connection until it is aborted (or fails).
+async fn read_paced(mut read: tokio::net::tcp::OwnedReadHalf, version: i16, state: Rc<Paced>) -> Result<()> {
+    let mut frames_in = FrameBuf::new();
+    let mut expected: i32 = 1;
+    loop {
+        let frame = frames_in.next(&mut read).await?;
+        let mut next = Some(frame);
+        while let Some(frame) = next {
+            let body = strip_header(frame, ApiKey::Heartbeat as i16, version, expected)?;
+            expected = expected.wrapping_add(1);
+            let sent = state.sent_at.borrow_mut().pop_front().context("an answer to nothing sent")?;
+            state.latencies_ms.borrow_mut().push(sent.elapsed().as_secs_f64() * 1e3);
+            let mut c = Cursor::new(&body);
+            if version >= 1 {
+                c.i32()?;
+            }
+            let code = c.i16()?;
+            if code != 0 {
+                *state.errors.borrow_mut().entry(code).or_default() += 1;
+            }
+            next = frames_in.try_next()?;
+        }
+    }
 }
 
 async fn storm_connection(

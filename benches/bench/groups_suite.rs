@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use crate::group_classic::{register_topics, ClassicGroup, Discovery, GroupSpec, MemberConfig, RebalanceTiming, Versions};
 use crate::group_consumer::{ConsumerGroup, ConsumerSpec, ConvergeTiming, Topics};
-use crate::group_load::{self, describe_errors, CommitOpts, CommitRun, SetupOpts, StormOpts, StormRun};
+use crate::group_load::{self, describe_errors, CommitOpts, CommitRun, PacedOpts, PacedRun, SetupOpts, StormOpts, StormRun};
 use crate::group_migration::{self, MigrationRun};
 use crate::kafka::{self, topic_name, KafkaConn};
 use crate::mux::Lanes;
@@ -41,10 +41,6 @@ const TARGET_HEARTBEATS_PER_CORE: f64 = 200_000.0;
 const TARGET_BYTES_PER_MEMBER: f64 = 2048.0;
 /// The steady-state windows of the migration scenario.
 const MIGRATION_WINDOW: Duration = Duration::from_secs(4);
-
-/// Server files kept for everything but the topics' partitions: `__consumer_offsets` (50
-/// partitions x 3), connections, the binary and its libraries.
-const FD_RESERVE: u64 = 1500;
 
 #[derive(Debug, Clone)]
 pub(crate) struct GroupsOpts {
@@ -80,6 +76,8 @@ pub(crate) struct GroupsOpts {
     pub(crate) idle_partitions: i32,
     pub(crate) groups_per_wave: usize,
     pub(crate) idle_session_timeout_ms: i32,
+    /// The paced run: every idle member heartbeats once per this (heartbeat.interval.ms).
+    pub(crate) idle_heartbeat_interval: Duration,
     pub(crate) storm_connections: usize,
     pub(crate) storm_depth: usize,
     pub(crate) load_reps: usize,
@@ -202,6 +200,7 @@ struct Results {
     topics: usize,
     setup: Option<group_load::Setup>,
     storms: Vec<StormRun>,
+    paced: Option<PacedRun>,
     commits: Vec<CommitRun>,
     single: Vec<CommitRun>,
     shards: usize,
@@ -339,24 +338,8 @@ async fn create_topics(addr: std::net::SocketAddr, topics: &[(String, i32)]) -> 
 }
 
 async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u32>, results: &mut Results) -> Result<()> {
-    // Scenarios 1 and 2 use the first topic; scenario 6 all of them. Each partition keeps 3
-    // files open on the server, so the open-file limit caps the topic count.
-    let limit = crate::server::open_file_limit();
-    let fit = ((limit.saturating_sub(FD_RESERVE)) / (3 * opts.partitions_per_topic.max(1) as u64)).max(1) as usize;
-    let topics = if opts.topics > fit {
-        eprintln!(
-            "  WARNING: the open-file limit ({limit}) leaves room for {} partitions at 3 files each; using {fit} topics x {} \
-             partitions instead of {} x {}",
-            limit.saturating_sub(FD_RESERVE) / 3,
-            opts.partitions_per_topic,
-            opts.topics,
-            opts.partitions_per_topic
-        );
-        fit
-    } else {
-        opts.topics
-    };
-    let topics = if opts.migration_only || opts.classic_only { 1 } else { topics };
+    // Scenarios 1 and 2 use the first topic; scenario 6 all of them.
+    let topics = if opts.migration_only || opts.classic_only { 1 } else { opts.topics };
     results.topics = topics;
     let all: Vec<(String, i32)> = (0..topics).map(|i| (format!("bench-t{i}"), opts.partitions_per_topic)).collect();
     let classic_topic = vec![all[0].clone()];
@@ -582,6 +565,24 @@ async fn load_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u
         );
         results.storms.push(run);
     }
+    // Two intervals at least: every member heartbeats twice.
+    let paced_opts = PacedOpts {
+        connections: opts.storm_connections,
+        interval: opts.idle_heartbeat_interval,
+        duration: opts.duration.max(2 * opts.idle_heartbeat_interval),
+        version: 4,
+    };
+    let paced = group_load::heartbeat_paced(addr, &setup.members, &paced_opts, pid).await?;
+    eprintln!(
+        "  paced heartbeats: {:.0}/s asked, {:.0}/s answered, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms, errors: {}",
+        paced.required_per_sec(),
+        paced.per_sec(),
+        paced.latency_ms(0.5),
+        paced.latency_ms(0.99),
+        paced.latency_ms(1.0),
+        describe_errors(&paced.errors)
+    );
+    results.paced = Some(paced);
     let committers: Vec<_> = setup.members.iter().step_by(opts.idle_members_per_group.max(1)).take(opts.committers).cloned().collect();
     let commit = CommitOpts {
         topic: topic.0.clone(),
@@ -827,6 +828,25 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
             );
         }
     }
+    if let Some(p) = &r.paced {
+        println!(
+            "Paced heartbeats: each of {} members once per {:.0} ms (a client's heartbeat.interval.ms) for {:.0} s, {} connections",
+            p.members,
+            p.interval_seconds * 1e3,
+            p.seconds,
+            opts.storm_connections
+        );
+        println!(
+            "  {:.0} heartbeats/s asked, {:.0}/s answered; latency p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; server used {:.2} cores; errors {}",
+            p.required_per_sec(),
+            p.per_sec(),
+            p.latency_ms(0.5),
+            p.latency_ms(0.99),
+            p.latency_ms(1.0),
+            p.server_cores().unwrap_or(f64::NAN),
+            describe_errors(&p.errors)
+        );
+    }
     if !r.commits.is_empty() {
         println!();
         let c = &r.commits;
@@ -919,6 +939,12 @@ fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
         "migration": r.migrations.iter().map(MigrationRun::to_json).collect::<Vec<_>>(),
         "idle_members": setup,
         "heartbeat_storm": storms,
+        "paced_heartbeats": r.paced.as_ref().map(|p| json!({
+            "members": p.members, "interval_seconds": p.interval_seconds, "seconds": p.seconds, "heartbeats": p.heartbeats,
+            "asked_per_sec": p.required_per_sec(), "answered_per_sec": p.per_sec(),
+            "latency_ms": {"p50": p.latency_ms(0.5), "p99": p.latency_ms(0.99), "max": p.latency_ms(1.0)},
+            "server_cores": p.server_cores(), "errors": p.errors,
+        })),
         "commits": commits(&r.commits),
         "single_committer": commits(&r.single),
         "load_average_1min": r.load_at,

@@ -12,14 +12,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, MetadataRequest, RequestHeader, TopicName,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
+    ListOffsetsRequest, MetadataRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
@@ -324,7 +327,66 @@ pub(crate) async fn create_topic(conn: &mut KafkaConn, topic: &str, partitions: 
             bail!("cannot create topic {topic}: {} {message}", error_name(t.error_code));
         }
     }
-    Ok(())
+    wait_partitions_led(conn, topic, partitions, READY_TIMEOUT).await
+}
+
+/// How long a new topic or the group coordinator may take to be usable.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const RETRY_EVERY: Duration = Duration::from_millis(50);
+
+/// Waits until every partition of a topic just created is led by the server `conn` talks to:
+/// Kafka answers NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics (its metadata is
+/// published before its replica manager takes the lead), which a client retries. ListOffsets
+/// (latest) asks the same replica manager and writes nothing. corral and Tansu pass at once.
+async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
+    let request =
+        ListOffsetsRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
+                (0..partitions).map(|p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)).collect(),
+            )]);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (_, response) = conn.call(7, &request).await?;
+        let failing = response.topics.iter().flat_map(|t| &t.partitions).find(|p| p.error_code != 0).map(|p| p.error_code);
+        match failing {
+            None if !response.topics.is_empty() => return Ok(()),
+            _ if Instant::now() > deadline => {
+                bail!("topic {topic} not led after {timeout:?}: {}", failing.map_or("no answer".into(), error_name))
+            }
+            _ => tokio::time::sleep(RETRY_EVERY).await,
+        }
+    }
+}
+
+/// Waits until the server coordinates groups, as a client retries COORDINATOR_NOT_AVAILABLE,
+/// NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS: FindCoordinator answers (Kafka creates
+/// `__consumer_offsets` at the first one) and DescribeGroups of `probes` (a group per coordinator
+/// partition) answers each without an error once every partition is loaded. corral and Tansu
+/// pass at once.
+pub(crate) async fn wait_for_coordinator(conn: &mut KafkaConn, probes: &[String]) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_string(probes[0].clone()));
+    loop {
+        let (_, response) = conn.call(3, &find).await?;
+        let code = if response.coordinators.is_empty() { response.error_code } else { response.coordinators[0].error_code };
+        if code == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("FindCoordinator still answers {} after {READY_TIMEOUT:?}", error_name(code));
+        }
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
+    let describe = DescribeGroupsRequest::default().with_groups(probes.iter().map(|g| GroupId(StrBytes::from_string(g.clone()))).collect());
+    loop {
+        let (_, response) = conn.call(5, &describe).await?;
+        let Some(code) = response.groups.iter().map(|g| g.error_code).find(|&c| c != 0) else { return Ok(()) };
+        if Instant::now() > deadline {
+            bail!("DescribeGroups still answers {} after {READY_TIMEOUT:?}", error_name(code));
+        }
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
 }
 
 pub(crate) async fn delete_topic(conn: &mut KafkaConn, topic: &str) -> Result<()> {

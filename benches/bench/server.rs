@@ -159,6 +159,72 @@ impl ManagedServer {
         Ok(server)
     }
 
+    /// Starts Apache Kafka (the jars in `libs`, e.g. `.cache/kafka-4.4.0/libs` as scripts/test.sh
+    /// installs them) as one KRaft broker and controller with its log under `dir`, formatted
+    /// first, and waits until it answers Metadata with itself as a broker. Group settings follow
+    /// `initial_rebalance_delay_ms`, as corral's do in the same suite.
+    pub(crate) fn start_kafka(libs: &Path, dir: &Path, log: &Path, initial_rebalance_delay_ms: u64) -> Result<ManagedServer> {
+        let (kafka, controller) = (free_port()?, free_port()?);
+        std::fs::create_dir_all(dir)?;
+        let config = dir.join("server.properties");
+        let log4j = dir.join("log4j2.properties");
+        let properties = [
+            ("process.roles", "broker,controller".to_string()),
+            ("node.id", "1".into()),
+            ("controller.quorum.voters", format!("1@{controller}")),
+            ("listeners", format!("PLAINTEXT://{kafka},CONTROLLER://{controller}")),
+            ("advertised.listeners", format!("PLAINTEXT://{kafka}")),
+            ("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into()),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("inter.broker.listener.name", "PLAINTEXT".into()),
+            ("log.dirs", dir.join("data").display().to_string()),
+            ("num.partitions", "1".into()),
+            ("offsets.topic.replication.factor", "1".into()),
+            ("transaction.state.log.replication.factor", "1".into()),
+            ("transaction.state.log.min.isr", "1".into()),
+            ("share.coordinator.state.topic.replication.factor", "1".into()),
+            ("share.coordinator.state.topic.min.isr", "1".into()),
+            ("group.initial.rebalance.delay.ms", initial_rebalance_delay_ms.to_string()),
+            // Two cores for everything: fewer threads than Kafka's defaults.
+            ("num.network.threads", "2".into()),
+            ("num.io.threads", "4".into()),
+            ("background.threads", "4".into()),
+        ];
+        std::fs::write(&config, properties.iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>())?;
+        std::fs::write(&log4j, KAFKA_LOG4J2)?;
+        let java = |heap: &str| {
+            let mut command = Command::new("java");
+            command
+                .arg(heap)
+                .args(["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"])
+                .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
+                .arg("-cp")
+                .arg(format!("{}/*", libs.display()));
+            command
+        };
+        // A cluster id is 16 random bytes in URL-safe base64; one that starts with '-' would be
+        // read as an option.
+        let cluster_id = format!("b{}", &uuid::Uuid::new_v4().simple().to_string()[..21]);
+        let formatted = java("-Xmx256m")
+            .args(["kafka.tools.StorageTool", "format", "--cluster-id", &cluster_id, "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run java (Apache Kafka is started with it)")?;
+        if !formatted.status.success() {
+            bail!(
+                "kafka-storage format failed: {}{}",
+                String::from_utf8_lossy(&formatted.stdout),
+                String::from_utf8_lossy(&formatted.stderr)
+            );
+        }
+        let mut command = java("-Xmx1g");
+        command.arg("kafka.Kafka").arg(&config);
+        let mut server = ManagedServer::spawn(command, kafka, log)?;
+        server.wait_ready("kafka", || kafka_ready(kafka))?;
+        Ok(server)
+    }
+
     /// Spawns a server, output to `log`, dying with the benchmark. The death signal comes when
     /// the spawning *thread* ends, so servers are spawned from the benchmark's main thread.
     fn spawn(mut command: Command, kafka: SocketAddr, log: &Path) -> Result<ManagedServer> {
@@ -217,8 +283,9 @@ impl ManagedServer {
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait()? {
-                // A signal exit is how some servers (Tansu) answer SIGTERM.
-                if !status.success() && status.code().is_some() {
+                // A signal exit is how some servers (Tansu) answer SIGTERM, and the JVM (Kafka)
+                // exits with 128 + SIGTERM.
+                if !status.success() && status.code().is_some_and(|code| code != 128 + libc::SIGTERM) {
                     bail!("server exited with {status} on SIGTERM:\n{}", self.log_tail());
                 }
                 return Ok(());
@@ -294,6 +361,30 @@ pub(crate) fn open_file_limit() -> u64 {
 
 pub(crate) fn free_port() -> Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Kafka's log configuration, shared with the tests' Kafka cluster.
+const KAFKA_LOG4J2: &str = include_str!("../../tests/kafka/log4j2.properties");
+
+/// A Kafka broker is ready once Metadata names it (the listener accepts connections earlier).
+fn kafka_ready(addr: SocketAddr) -> bool {
+    let answered = || -> Result<bool> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut frame = bytes::BytesMut::new();
+        let request = kafka_protocol::messages::MetadataRequest::default();
+        crate::kafka::encode_frame(&mut frame, 1, 1, &kafka_protocol::protocol::StrBytes::from_static_str("corral-bench"), &request)?;
+        stream.write_all(&frame)?;
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len)?;
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        stream.read_exact(&mut body)?;
+        let mut body = bytes::Bytes::from(body);
+        let _correlation = bytes::Buf::get_i32(&mut body);
+        let response = <kafka_protocol::messages::MetadataResponse as kafka_protocol::protocol::Decodable>::decode(&mut body, 1)?;
+        Ok(!response.brokers.is_empty())
+    };
+    answered().unwrap_or(false)
 }
 
 /// GET /health/ready; true on a 200.

@@ -85,20 +85,7 @@ def sidecar_config(storage: str, groups: str, upstream: dict | None = None, **si
     return 'role = "sidecar"\n' + corral_upstream_config(storage, **(upstream or {})) + "\n".join(lines) + "\n"
 
 
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.target = SYSTEM_OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-logger.server.name = kafka.server.KafkaRaftServer
-logger.server.level = INFO
-logger.groups.name = org.apache.kafka.coordinator.group
-logger.groups.level = INFO
-"""
+LOG4J2 = REPO / "tests" / "kafka" / "log4j2.properties"
 
 
 def _die_with_parent() -> None:
@@ -200,8 +187,7 @@ class ApacheKafkaCluster:
         self.rebalance_protocols = rebalance_protocols
         self.cluster_id = _cluster_id()
         self.brokers = [KafkaBroker(i, workdir / f"broker{i}") for i in range(size)]
-        self.log4j_path = workdir / "log4j2.properties"
-        self.log4j_path.write_text(LOG4J2)
+        self.log4j_path = LOG4J2
         # Seconds the first start took (formatting included), for the record.
         self.start_seconds: float | None = None
 

@@ -140,6 +140,16 @@ fn first_batch_len(records: &[u8]) -> u64 {
     }
 }
 
+/// The wait and minimum a Fetch carries upstream. "Answer now" goes as a 1 ms wait for 0 bytes,
+/// never as a 0 ms wait: Kafka answers both at once (0 bytes are always there), while Tansu 0.6
+/// skips its read loop for a 0 ms wait and answers with no partitions at all.
+fn upstream_wait(max_wait: Duration, min_bytes: u64) -> (u64, u64) {
+    match max_wait.as_millis() as u64 {
+        0 => (1, 0),
+        ms => (ms, min_bytes),
+    }
+}
+
 fn fetch_request(plan: &FetchPlan, positions: &[usize], max_wait: Duration, min_bytes: u64) -> FetchRequest {
     let mut topics: BTreeMap<&str, Vec<FetchPartition>> = BTreeMap::new();
     for &i in positions {
@@ -154,8 +164,9 @@ fn fetch_request(plan: &FetchPlan, positions: &[usize], max_wait: Duration, min_
         );
     }
     let clamp = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
+    let (wait_ms, min_bytes) = upstream_wait(max_wait, min_bytes);
     FetchRequest::default()
-        .with_max_wait_ms(clamp(max_wait.as_millis() as u64))
+        .with_max_wait_ms(clamp(wait_ms))
         .with_min_bytes(clamp(min_bytes))
         .with_max_bytes(clamp(plan.max_bytes))
         .with_isolation_level(plan.isolation_level)
@@ -222,6 +233,13 @@ fn record(
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn answer_now_goes_upstream_as_a_one_millisecond_wait_for_nothing() {
+        assert_eq!(upstream_wait(Duration::ZERO, 1), (1, 0));
+        assert_eq!(upstream_wait(Duration::from_micros(900), 500), (1, 0));
+        assert_eq!(upstream_wait(Duration::from_millis(500), 1), (500, 1));
+    }
 
     /// `n` record batches of `len` bytes each (only the length field matters here).
     fn batches(n: usize, len: usize) -> Bytes {
