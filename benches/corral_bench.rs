@@ -114,6 +114,9 @@ struct PartitionsArgs {
     topics: usize,
     #[arg(long, default_value_t = 10_000)]
     partitions: i32,
+    /// Also take Apache Kafka (the directory of its jars) through the same steps.
+    #[arg(long)]
+    kafka_libs: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -674,6 +677,7 @@ fn partitions_command(a: PartitionsArgs) -> Result<()> {
         json: start.json,
         topics: a.topics.max(1),
         partitions: a.partitions.max(1),
+        kafka_libs: a.kafka_libs,
     })
 }
 

@@ -305,6 +305,13 @@ pub(crate) async fn partitions(conn: &mut KafkaConn, bootstrap: SocketAddr, topi
 
 /// Creates a topic; an existing topic is not an error (its partition count is not checked).
 pub(crate) async fn create_topic(conn: &mut KafkaConn, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Result<()> {
+    send_create_topic(conn, topic, partitions, configs).await?;
+    wait_partitions_led(conn, topic, partitions, READY_TIMEOUT).await
+}
+
+/// CreateTopics alone: returns once the server has answered (Kafka: once its controller has
+/// committed the topic; its partitions are led a moment later, see [`wait_partitions_led`]).
+pub(crate) async fn send_create_topic(conn: &mut KafkaConn, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Result<()> {
     let configs = configs
         .iter()
         .map(|(k, v)| {
@@ -327,18 +334,18 @@ pub(crate) async fn create_topic(conn: &mut KafkaConn, topic: &str, partitions: 
             bail!("cannot create topic {topic}: {} {message}", error_name(t.error_code));
         }
     }
-    wait_partitions_led(conn, topic, partitions, READY_TIMEOUT).await
+    Ok(())
 }
 
 /// How long a new topic or the group coordinator may take to be usable.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const RETRY_EVERY: Duration = Duration::from_millis(50);
 
 /// Waits until every partition of a topic just created is led by the server `conn` talks to:
 /// Kafka answers NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics (its metadata is
 /// published before its replica manager takes the lead), which a client retries. ListOffsets
 /// (latest) asks the same replica manager and writes nothing. corral and Tansu pass at once.
-async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
+pub(crate) async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
     let request =
         ListOffsetsRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))

@@ -2,9 +2,11 @@
 //! another up to `--topics` of them (10: 100,000 partitions), then one record written to and read
 //! back from every partition, then a clean restart and a restart after kill -9.
 //!
-//! Reported: each CreateTopics' latency, the time to write and read every partition once (the
-//! first write creates the partition's directory and segment file), the server's open
-//! descriptors against its open-file limit and its RSS after each step, and both start times.
+//! Reported: each CreateTopics' latency and the time until every partition is led (usable), the
+//! time to write and read every partition once (corral's first write creates the partition's
+//! directory and segment file), the server's open descriptors against its open-file limit and
+//! its RSS after each step, and both start times. With `--kafka-libs`, Apache Kafka (one KRaft
+//! broker, same limits) goes through steps 1 and 2 after corral, until it fails.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +30,57 @@ pub(crate) struct PartitionsOpts {
     pub(crate) json: Option<PathBuf>,
     pub(crate) topics: usize,
     pub(crate) partitions: i32,
+    pub(crate) kafka_libs: Option<PathBuf>,
+}
+
+/// Steps 1 and 2 on one server; stops at the first failure and says which step failed.
+#[derive(Debug, Default)]
+struct Fill {
+    /// CreateTopics answered, then every partition led, per topic created.
+    creates: Vec<(Duration, Duration)>,
+    written: Option<Duration>,
+    read: Option<Duration>,
+    failure: Option<String>,
+}
+
+impl Fill {
+    fn partitions(&self, per_topic: i32) -> u64 {
+        self.creates.len() as u64 * per_topic as u64
+    }
+}
+
+async fn fill(server: &ManagedServer, names: &[String], partitions: i32) -> Fill {
+    let mut out = Fill::default();
+    let steps = async {
+        let mut conn = KafkaConn::connect(server.kafka, SocketOpts { rcvbuf: 0 }).await?;
+        for name in names {
+            let started = Instant::now();
+            kafka::send_create_topic(&mut conn, name, partitions, &[]).await?;
+            let answered = started.elapsed();
+            kafka::wait_partitions_led(&mut conn, name, partitions, kafka::READY_TIMEOUT).await?;
+            out.creates.push((answered, started.elapsed()));
+            println!(
+                "  CreateTopics {name} ({partitions} partitions): answered in {:.0} ms, every partition led after {:.0} ms",
+                answered.as_secs_f64() * 1e3,
+                started.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        let started = Instant::now();
+        for name in names {
+            produce_one_each(&mut conn, name, partitions).await?;
+        }
+        out.written = Some(started.elapsed());
+        let started = Instant::now();
+        for name in names {
+            fetch_one_each(&mut conn, name, partitions).await?;
+        }
+        out.read = Some(started.elapsed());
+        anyhow::Ok(())
+    };
+    if let Err(e) = steps.await {
+        out.failure = Some(format!("{e:#}"));
+    }
+    out
 }
 
 /// What the server holds after a step.
@@ -45,6 +98,7 @@ fn footprint(server: &ManagedServer) -> Footprint {
 
 pub(crate) fn run(opts: &PartitionsOpts) -> Result<()> {
     crate::server::cleanup_on_signal()?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let work = WorkDir::create(&opts.work_dir, opts.keep_data)?;
     let config = work.path.join("corral.toml");
@@ -65,26 +119,13 @@ pub(crate) fn run(opts: &PartitionsOpts) -> Result<()> {
     let mut server = ManagedServer::start(&opts.server, &data, &config, &log, &opts.server_args)?;
     let idle = footprint(&server);
     let names: Vec<String> = (0..opts.topics).map(|t| format!("many-{t}")).collect();
-    let mut creates = Vec::new();
-    let (written, read) = runtime.block_on(async {
-        let mut conn = KafkaConn::connect(server.kafka, SocketOpts { rcvbuf: 0 }).await?;
-        for name in &names {
-            let started = Instant::now();
-            kafka::create_topic(&mut conn, name, opts.partitions, &[]).await?;
-            creates.push(started.elapsed());
-            println!("  CreateTopics {name} ({} partitions): {:.0} ms", opts.partitions, started.elapsed().as_secs_f64() * 1e3);
-        }
-        let started = Instant::now();
-        for name in &names {
-            produce_one_each(&mut conn, name, opts.partitions).await?;
-        }
-        let written = started.elapsed();
-        let started = Instant::now();
-        for name in &names {
-            fetch_one_each(&mut conn, name, opts.partitions).await?;
-        }
-        anyhow::Ok((written, started.elapsed()))
-    })?;
+    println!("corral:");
+    let corral = runtime.block_on(fill(&server, &names, opts.partitions));
+    if let Some(failure) = &corral.failure {
+        bail!("corral: {failure}");
+    }
+    let (written, read) = (corral.written.unwrap_or_default(), corral.read.unwrap_or_default());
+    let creates: Vec<Duration> = corral.creates.iter().map(|c| c.0).collect();
     let created = footprint(&server);
     println!(
         "  one record written to every partition: {:.2} s ({:.0} µs per partition); read back: {:.2} s",
@@ -115,9 +156,45 @@ pub(crate) fn run(opts: &PartitionsOpts) -> Result<()> {
     let after_crash = footprint(&server);
     server.stop()?;
 
+    let kafka = match &opts.kafka_libs {
+        Some(libs) => {
+            println!("kafka (one KRaft broker, java -cp {}/*):", libs.display());
+            let kafka = ManagedServer::start_kafka(libs, &work.path.join("kafka"), &work.path.join("kafka.log"), 3000)?;
+            let kafka_idle = footprint(&kafka);
+            let outcome = runtime.block_on(fill(&kafka, &names, opts.partitions));
+            let kafka_filled = footprint(&kafka);
+            let alive = kafka.pid().is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+            if let Some(failure) = &outcome.failure {
+                println!("  failed after {} partitions: {failure}", outcome.partitions(opts.partitions));
+            }
+            let _ = kafka.stop();
+            Some((outcome, kafka_idle, kafka_filled, alive, tail(&work.path.join("kafka.log"))))
+        }
+        None => None,
+    };
+
+    if let Some((k, idle, filled, alive, log)) = &kafka {
+        println!();
+        println!("Apache Kafka, the same steps:");
+        for (i, (answered, led)) in k.creates.iter().enumerate() {
+            println!("| CreateTopics many-{i}: answered / every partition led | {:.0} / {:.0} ms |", ms(*answered), ms(*led));
+        }
+        if let (Some(w), Some(r)) = (k.written, k.read) {
+            println!("| write one record to each / read back | {:.2} / {:.2} s |", w.as_secs_f64(), r.as_secs_f64());
+        }
+        println!("| descriptors idle / at the end | {} / {} (limit {limit}) |", idle.descriptors, filled.descriptors);
+        println!("| RSS idle / at the end | {:.0} / {:.0} MB |", idle.rss_mb, filled.rss_mb);
+        if let Some(failure) = &k.failure {
+            println!(
+                "| failed | after {} partitions; process {}: {failure} |",
+                k.partitions(opts.partitions),
+                if *alive { "alive" } else { "gone" }
+            );
+            println!("kafka.log, last lines:\n{log}");
+        }
+    }
     let mut sorted = creates.clone();
     sorted.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!();
     println!("| step | result |");
     println!("|---|---|");
@@ -153,6 +230,12 @@ pub(crate) fn run(opts: &PartitionsOpts) -> Result<()> {
             "descriptors": {"idle": idle.descriptors, "written": created.descriptors, "clean_restart": after_clean.descriptors, "crash_restart": after_crash.descriptors},
             "rss_mb": {"idle": idle.rss_mb, "written": created.rss_mb, "clean_restart": after_clean.rss_mb, "crash_restart": after_crash.rss_mb},
             "stop_seconds": stopped.as_secs_f64(), "clean_start_seconds": clean_start.as_secs_f64(), "crash_start_seconds": crash_start.as_secs_f64(),
+            "kafka": kafka.as_ref().map(|(k, idle, filled, alive, _)| json!({
+                "create_topics_ms": k.creates.iter().map(|(a, l)| json!({"answered": ms(*a), "led": ms(*l)})).collect::<Vec<_>>(),
+                "write_all_seconds": k.written.map(|d| d.as_secs_f64()), "read_all_seconds": k.read.map(|d| d.as_secs_f64()),
+                "descriptors": {"idle": idle.descriptors, "end": filled.descriptors}, "rss_mb": {"idle": idle.rss_mb, "end": filled.rss_mb},
+                "failure": k.failure, "alive_at_the_end": alive,
+            })),
         });
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
     }
@@ -203,4 +286,11 @@ async fn fetch_one_each(conn: &mut KafkaConn, topic: &str, partitions: i32) -> R
         bail!("fetch from {topic}: {with_records} of {partitions} partitions returned their record");
     }
     Ok(())
+}
+
+/// The last lines of a log file.
+fn tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
 }

@@ -71,11 +71,7 @@ impl OpenFiles {
         self.len() == 0
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// A handle on the file at `path`, opened by `open` when it is not open already.
+    /// A handle on the file at `path`; nothing is opened until it is used.
     pub(crate) fn file(self: &Rc<Self>, path: PathBuf) -> CachedFile {
         let mut state = self.state.borrow_mut();
         state.next_slot += 1;
