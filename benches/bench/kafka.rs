@@ -341,27 +341,42 @@ pub(crate) async fn send_create_topic(conn: &mut KafkaConn, topic: &str, partiti
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const RETRY_EVERY: Duration = Duration::from_millis(50);
 
-/// Waits until every partition of a topic just created is led by the server `conn` talks to:
-/// Kafka answers NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics (its metadata is
-/// published before its replica manager takes the lead), which a client retries. ListOffsets
-/// (latest) asks the same replica manager and writes nothing. corral and Tansu pass at once.
+/// Waits until every partition of a topic just created is led where Metadata says: Kafka answers
+/// NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics (its metadata is published before its
+/// replica manager takes the lead), which a client retries. ListOffsets (latest), sent to each
+/// partition's leader, asks the same replica manager and writes nothing. corral and Tansu pass
+/// at once.
 pub(crate) async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
-    let request =
-        ListOffsetsRequest::default()
-            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-            .with_topics(vec![ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
-                (0..partitions).map(|p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)).collect(),
-            )]);
+    let here = conn.stream.peer_addr()?;
     let deadline = Instant::now() + timeout;
     loop {
-        let (_, response) = conn.call(7, &request).await?;
-        let failing = response.topics.iter().flat_map(|t| &t.partitions).find(|p| p.error_code != 0).map(|p| p.error_code);
-        match failing {
-            None if !response.topics.is_empty() => return Ok(()),
-            _ if Instant::now() > deadline => {
-                bail!("topic {topic} not led after {timeout:?}: {}", failing.map_or("no answer".into(), error_name))
+        let mut by_leader: HashMap<SocketAddr, Vec<i32>> = HashMap::new();
+        for p in self::partitions(conn, here, topic).await? {
+            by_leader.entry(p.leader).or_default().push(p.index);
+        }
+        let listed: usize = by_leader.values().map(Vec::len).sum();
+        let mut failing = (listed != partitions as usize).then_some(-1);
+        for (leader, indexes) in &by_leader {
+            let request = ListOffsetsRequest::default().with_replica_id(kafka_protocol::messages::BrokerId(-1)).with_topics(vec![
+                ListOffsetsTopic::default().with_name(topic_name(topic)).with_partitions(
+                    indexes.iter().map(|&p| ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)).collect(),
+                ),
+            ]);
+            let (_, response) = if *leader == here {
+                conn.call(7, &request).await?
+            } else {
+                KafkaConn::connect(*leader, SocketOpts { rcvbuf: 0 }).await?.call(7, &request).await?
+            };
+            let answered: Vec<_> = response.topics.iter().flat_map(|t| &t.partitions).collect();
+            failing = failing.or(answered.iter().find(|p| p.error_code != 0).map(|p| p.error_code));
+            if answered.len() != indexes.len() {
+                failing = failing.or(Some(-1));
             }
-            _ => tokio::time::sleep(RETRY_EVERY).await,
+        }
+        match failing {
+            None => return Ok(()),
+            Some(code) if Instant::now() > deadline => bail!("topic {topic} not led after {timeout:?}: {}", error_name(code)),
+            Some(_) => tokio::time::sleep(RETRY_EVERY).await,
         }
     }
 }
