@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::coordinator::migration::MigrationPolicy;
+pub use crate::security::config::{ClientAuth, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
 
 /// Why a configuration was refused. The message always names the key.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +32,7 @@ fn in_file(path: &Option<PathBuf>) -> String {
     path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default()
 }
 
-fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, reason: reason.into() }
 }
 
@@ -50,6 +51,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub upstream: UpstreamConfig,
     pub sidecar: SidecarConfig,
+    pub tls: TlsConfig,
+    pub sasl: SaslConfig,
+    pub authorization: crate::security::acl::AuthorizationConfig,
+    pub quotas: crate::security::quota::QuotasConfig,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -73,9 +78,16 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
+    /// The first listener: the one `cluster.nodes[].kafka` addresses.
     pub listen: SocketAddr,
-    /// `host:port` given to clients; empty = `listen`.
+    /// `host:port` given to clients of `listen`; empty = `listen`.
     pub advertised: String,
+    /// The security protocol of `listen`.
+    pub protocol: SecurityProtocol,
+    /// Whether `listen` asks TLS clients for a certificate.
+    pub client_auth: ClientAuth,
+    /// More listeners, each with its own security protocol.
+    pub listeners: Vec<ListenerConfig>,
     pub max_frame_bytes: u32,
     pub max_inflight_per_connection: usize,
     pub max_connections_per_shard: usize,
@@ -222,6 +234,9 @@ pub struct ClusterNode {
     /// another node coordinates.
     #[serde(default)]
     pub admin: Option<String>,
+    /// `host:port` of each listener after the first, by listener name.
+    #[serde(default)]
+    pub listeners: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for ClusterConfig {
@@ -314,6 +329,9 @@ impl Default for KafkaConfig {
         KafkaConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertised: String::new(),
+            protocol: SecurityProtocol::Plaintext,
+            client_auth: ClientAuth::None,
+            listeners: Vec::new(),
             max_frame_bytes: 100 * 1024 * 1024,
             max_inflight_per_connection: 32,
             max_connections_per_shard: 10_000,
@@ -474,8 +492,8 @@ impl Config {
         if !seen.contains(&self.node.id) {
             return Err(invalid("cluster.nodes", format!("must include this node (node.id = {})", self.node.id)));
         }
-        if c.is_multi_node() && (c.raft_listen == self.kafka.listen || c.raft_listen == self.admin.listen) {
-            return Err(invalid("cluster.raft_listen", "must differ from kafka.listen and admin.listen"));
+        if c.is_multi_node() && (self.listeners().iter().any(|l| l.listen == c.raft_listen) || c.raft_listen == self.admin.listen) {
+            return Err(invalid("cluster.raft_listen", "must differ from the Kafka listeners and admin.listen"));
         }
         if c.is_multi_node() {
             c.secret()?;
@@ -536,6 +554,14 @@ impl Config {
         for address in &s.group_bootstrap {
             parse_host_port(address).map_err(|reason| invalid("sidecar.group_bootstrap", format!("{address}: {reason}")))?;
         }
+        // A sidecar forwards group requests as they come, under its own identity: the group
+        // service authorizes that identity, and per-client rules here would check only half.
+        if !self.authorization.rules.is_empty() || !self.authorization.super_users.is_empty() {
+            return Err(invalid(
+                "authorization",
+                "is not served in the sidecar role: the group service and the storage tier authorize the sidecar's own identity",
+            ));
+        }
         if !(1..=3_600_000).contains(&s.request_timeout_ms) {
             return Err(invalid("sidecar.request_timeout_ms", format!("must be between 1 and 3600000, got {}", s.request_timeout_ms)));
         }
@@ -581,6 +607,9 @@ impl Config {
         if self.admin.listen == k.listen && k.listen.port() != 0 {
             return Err(invalid("admin.listen", "must differ from kafka.listen"));
         }
+        crate::security::config::validate(self)?;
+        self.authorization.validate()?;
+        self.quotas.validate()?;
         if !(1..=1_440).contains(&self.admin.rebalance_storm_window_minutes) {
             return Err(invalid("admin.rebalance_storm_window_minutes", "must be between 1 and 1440"));
         }
@@ -740,12 +769,24 @@ impl Config {
     }
 
     /// `(host, port)` clients should connect to.
-    pub fn advertised_host_port(&self, bound: SocketAddr) -> (String, u16) {
-        if self.kafka.advertised.is_empty() {
-            (bound.ip().to_string(), bound.port())
-        } else {
-            parse_host_port(&self.kafka.advertised).expect("validated at startup")
+    /// The Kafka listeners: `kafka.listen` first, then `kafka.listeners`. Names default to the
+    /// protocol's.
+    pub fn listeners(&self) -> Vec<ListenerConfig> {
+        let k = &self.kafka;
+        let first = ListenerConfig {
+            name: String::new(),
+            protocol: k.protocol,
+            listen: k.listen,
+            advertised: k.advertised.clone(),
+            client_auth: k.client_auth,
+        };
+        let mut listeners: Vec<ListenerConfig> = std::iter::once(first).chain(k.listeners.iter().cloned()).collect();
+        for l in &mut listeners {
+            if l.name.is_empty() {
+                l.name = l.protocol.name().to_string();
+            }
         }
+        listeners
     }
 }
 
@@ -811,6 +852,11 @@ mod tests {
         assert!(err.contains("role"), "{err}");
         let ok = parse(&format!("role = \"sidecar\"\n{upstream}[sidecar]\ngroup_bootstrap = [\"corral-0.corral:9092\"]\n")).unwrap();
         assert_eq!(ok.role, Role::Sidecar);
+        let rules = "[authorization]\nsuper_users = [\"User:admin\"]\n";
+        let err = parse(&format!("role = \"sidecar\"\n{upstream}[sidecar]\ngroup_bootstrap = [\"corral:9092\"]\n{rules}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("authorization") && err.contains("sidecar"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod protocol;
 pub mod raft;
 pub mod record_batch;
 pub mod runtime;
+pub mod security;
 pub mod server;
 pub mod sidecar;
 pub mod storage;

@@ -28,17 +28,20 @@ fn main() -> ExitCode {
         .init();
 
     match cli.command {
-        Command::CheckConfig { file } => match Config::load(&file).and_then(|c| c.validate().map(|()| c)) {
-            Ok(_) => {
-                println!("{}: valid", file.display());
-                ExitCode::SUCCESS
+        Command::CheckConfig { file } => {
+            match Config::load(&file).and_then(|c| c.validate().map(|()| c)).and_then(|c| corral::security::check_files(&c).map(|()| c)) {
+                Ok(_) => {
+                    println!("{}: valid", file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("corral: {e}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
             }
-            Err(e) => {
-                eprintln!("corral: {e}");
-                ExitCode::from(EXIT_CONFIG)
-            }
-        },
+        }
         Command::Groups(args) => corral::cli::groups::run(args),
+        Command::SaslCredential(args) => corral::cli::sasl_credential::run(args),
         Command::Serve(args) => {
             let config = match args.config() {
                 Ok(c) => c,

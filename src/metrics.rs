@@ -48,6 +48,11 @@ pub const UPSTREAM_RETRIES: &str = "corral_upstream_retries_total";
 pub const UPSTREAM_CONNECTIONS: &str = "corral_upstream_connections";
 pub const SIDECAR_GROUP_REQUESTS: &str = "corral_sidecar_group_requests_total";
 pub const SIDECAR_COORDINATOR_LOOKUPS: &str = "corral_sidecar_coordinator_lookups_total";
+pub const SASL_AUTHENTICATIONS: &str = "corral_sasl_authentications_total";
+pub const TLS_HANDSHAKES_FAILED: &str = "corral_tls_handshakes_failed_total";
+pub const SECURITY_FILES_RELOADED: &str = "corral_security_files_reloaded_total";
+pub const QUOTA_THROTTLES: &str = "corral_quota_throttles_total";
+pub const QUOTA_THROTTLE_MS: &str = "corral_quota_throttle_milliseconds_total";
 
 /// Latency buckets, seconds: from a cached metadata answer to a long-polled fetch.
 const LATENCY_BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -98,6 +103,11 @@ fn describe() {
     describe_counter!(UPSTREAM_METADATA_STALE, "Times an upstream answer showed corral's view of the upstream to be stale");
     describe_gauge!(UPSTREAM_CONNECTIONS, "Connections to upstream brokers open or being opened, on every shard");
     describe_counter!(UPSTREAM_RETRIES, "Requests sent to the upstream again after a metadata refresh, by API");
+    describe_counter!(SASL_AUTHENTICATIONS, "SASL authentications finished, by mechanism and outcome (ok, failed)");
+    describe_counter!(TLS_HANDSHAKES_FAILED, "Client connections closed because their TLS handshake failed or timed out, by listener");
+    describe_counter!(SECURITY_FILES_RELOADED, "TLS certificates and SASL credentials loaded again after their files changed (what)");
+    describe_counter!(QUOTA_THROTTLES, "Requests over their client quota, by quota (produce, fetch, request)");
+    describe_counter!(QUOTA_THROTTLE_MS, "Milliseconds clients were throttled for, by quota (produce, fetch, request)");
     describe_counter!(REQUESTS, "Requests completed, by API and version");
     describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from reading a request to writing its response, by API and version");
     describe_counter!(REQUESTS_REJECTED, "Requests that closed their connection (malformed, unknown API, unsupported version)");
@@ -166,6 +176,7 @@ pub mod labels {
     pub const REFUSED_MAX_CONNECTIONS_PER_IP: &str = "max_connections_per_ip";
     pub const CLOSED_IDLE: &str = "idle";
     pub const CLOSED_SLOW_REQUEST: &str = "slow_request";
+    pub const CLOSED_UNAUTHENTICATED: &str = "unauthenticated";
 }
 
 /// Kafka's name of an error (`REBALANCE_IN_PROGRESS`), from the codec's (`RebalanceInProgress`).
@@ -191,7 +202,7 @@ fn zero_counters() {
     for limit in [labels::REFUSED_MAX_CONNECTIONS, labels::REFUSED_MAX_CONNECTIONS_PER_IP] {
         counter!(CONNECTIONS_REFUSED, "limit" => limit).increment(0);
     }
-    for reason in [labels::CLOSED_IDLE, labels::CLOSED_SLOW_REQUEST] {
+    for reason in [labels::CLOSED_IDLE, labels::CLOSED_SLOW_REQUEST, labels::CLOSED_UNAUTHENTICATED] {
         counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(0);
     }
 }
@@ -297,6 +308,27 @@ pub fn connection_refused(limit: &'static str) {
 /// A client connection the node closed: idle, or a request that did not arrive in time.
 pub fn connection_closed(reason: &'static str) {
     counter!(CONNECTIONS_CLOSED, "reason" => reason).increment(1);
+}
+
+/// A SASL exchange finished.
+pub fn sasl_authentication(mechanism: &str, ok: bool) {
+    counter!(SASL_AUTHENTICATIONS, "mechanism" => mechanism.to_string(), "outcome" => if ok { "ok" } else { "failed" }).increment(1);
+}
+
+/// A client's TLS handshake failed or timed out.
+pub fn tls_handshake_failed(listener: &str) {
+    counter!(TLS_HANDSHAKES_FAILED, "listener" => listener.to_string()).increment(1);
+}
+
+/// Certificate or credential files were loaded again.
+pub fn security_file_reloaded(what: &'static str) {
+    counter!(SECURITY_FILES_RELOADED, "what" => what).increment(1);
+}
+
+/// A request over its quota: the client is throttled for `throttle`.
+pub fn quota_throttled(quota: &'static str, throttle: Duration) {
+    counter!(QUOTA_THROTTLES, "quota" => quota).increment(1);
+    counter!(QUOTA_THROTTLE_MS, "quota" => quota).increment(throttle.as_millis() as u64);
 }
 
 /// Request bytes held on the node now.

@@ -36,8 +36,20 @@ pub struct Node {
     /// for the life of the process, so group requests route without touching the catalog.
     pub coordinator_shards: Vec<crate::runtime::ShardId>,
     pub(crate) ready: AtomicBool,
-    /// The cluster's nodes (this one alone on a single node): id → advertised Kafka address.
+    /// The cluster's nodes (this one alone on a single node): id → advertised address on the
+    /// first Kafka listener.
     pub brokers: std::collections::BTreeMap<i32, (String, u16)>,
+    /// The same, for each listener (`[0]` is `brokers`): clients are told the addresses of the
+    /// listener they reached.
+    pub listener_brokers: Vec<std::collections::BTreeMap<i32, (String, u16)>>,
+    /// The Kafka listeners, in `kafka.listeners` order.
+    pub listeners: Vec<Arc<crate::security::Listener>>,
+    /// SASL credentials and mechanisms, when a listener uses SASL.
+    pub sasl: Option<Arc<crate::security::sasl::SaslServer>>,
+    /// Who may do what (`[authorization]`).
+    pub authorizer: crate::security::acl::Authorizer,
+    /// Clients' usage against their quotas (`[quotas]`).
+    pub quotas: crate::security::quota::Quotas,
     /// Links to the other nodes' Raft listeners (none on a single node).
     pub peers: Arc<crate::raft::transport::Peers>,
     /// The metadata group's leader as last seen (the controller Metadata names), -1 if none.
@@ -51,6 +63,28 @@ pub struct Node {
 }
 
 impl Node {
+    /// The brokers' addresses as seen from a listener (the first when the request came from
+    /// elsewhere).
+    pub fn brokers_for(&self, ctx: &crate::protocol::RequestContext) -> &std::collections::BTreeMap<i32, (String, u16)> {
+        let index = ctx.security.as_ref().map_or(0, |s| s.listener.index);
+        self.listener_brokers.get(index).unwrap_or(&self.brokers)
+    }
+
+    /// Whether the request's principal may perform `operation` on `resource`.
+    pub fn allows(
+        &self,
+        ctx: &crate::protocol::RequestContext,
+        operation: crate::security::acl::Operation,
+        resource: crate::security::acl::Resource<'_>,
+    ) -> bool {
+        self.authorizer.is_open() || self.authorizer.allows(&ctx.principal(), operation, resource)
+    }
+
+    /// `authorized_operations` of a resource for the request's principal.
+    pub fn authorized_operations(&self, ctx: &crate::protocol::RequestContext, resource: crate::security::acl::Resource<'_>) -> i32 {
+        self.authorizer.operations(&ctx.principal(), resource)
+    }
+
     pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
         self.config.storage.data_dir.join(partition_dir_name(topic, partition))
     }

@@ -54,8 +54,10 @@ pub enum StartError {
 /// A running node.
 #[derive(Debug)]
 pub struct Server {
-    /// Where the Kafka listener is bound (the real port when the config said 0).
+    /// Where the first Kafka listener is bound (the real port when the config said 0).
     pub kafka_addr: SocketAddr,
+    /// Where each Kafka listener is bound, in `kafka.listeners` order.
+    pub listener_addrs: Vec<SocketAddr>,
     pub admin_addr: SocketAddr,
     node: Arc<Node>,
     shards: Shards,
@@ -95,11 +97,23 @@ impl Server {
         crate::cluster::ensure_offsets_topic(&catalog, config.groups.offsets_partitions).map_err(StartError::Shard)?;
         let producer_ids = ProducerIds::default();
 
-        let (listeners, kafka_addr) = crate::net::listener::bind(config.kafka.listen, shards).map_err(|source| StartError::Bind {
-            key: "kafka.listen",
-            addr: config.kafka.listen,
-            source,
-        })?;
+        // Each listener's sockets (one per shard), then each shard's socket of every listener.
+        let listener_configs = config.listeners();
+        let mut sockets: Vec<Vec<std::net::TcpListener>> = (0..shards).map(|_| Vec::new()).collect();
+        let mut bound = Vec::with_capacity(listener_configs.len());
+        for l in &listener_configs {
+            let key = if bound.is_empty() { "kafka.listen" } else { "kafka.listeners" };
+            let (per_shard, addr) =
+                crate::net::listener::bind(l.listen, shards).map_err(|source| StartError::Bind { key, addr: l.listen, source })?;
+            for (shard, socket) in sockets.iter_mut().zip(per_shard) {
+                shard.push(socket);
+            }
+            bound.push(addr);
+        }
+        let kafka_addr = bound[0];
+        let crate::security::NodeSecurity { listeners, sasl } = crate::security::listeners(&config, &bound)?;
+        let authorizer = crate::security::acl::Authorizer::new(&config.authorization);
+        let quotas = crate::security::quota::Quotas::new(&config.quotas);
         let admin_listener = std::net::TcpListener::bind(config.admin.listen).map_err(|source| StartError::Bind {
             key: "admin.listen",
             addr: config.admin.listen,
@@ -107,18 +121,29 @@ impl Server {
         })?;
         let admin_addr = admin_listener.local_addr().map_err(io)?;
 
-        let mut advertised = config.advertised_host_port(kafka_addr);
-        let mut brokers = std::collections::BTreeMap::new();
-        for n in &config.cluster.nodes {
-            // Validated already.
-            let address = crate::config::parse_host_port(&n.kafka)
-                .map_err(|reason| StartError::Config(ConfigError::Invalid { key: "cluster.nodes", reason }))?;
-            if n.id == config.node.id {
-                advertised = address.clone();
+        // Every node's address on every listener: from cluster.nodes, or this node's own.
+        let mut listener_brokers = Vec::with_capacity(listener_configs.len());
+        for (index, (l, bound)) in listener_configs.iter().zip(&bound).enumerate() {
+            let own = match l.advertised.is_empty() {
+                true => (bound.ip().to_string(), bound.port()),
+                false => crate::config::parse_host_port(&l.advertised)
+                    .map_err(|reason| StartError::Config(ConfigError::Invalid { key: "kafka.listeners", reason }))?,
+            };
+            let mut brokers = std::collections::BTreeMap::new();
+            for n in &config.cluster.nodes {
+                // Validated already.
+                let address = if index == 0 { Some(&n.kafka) } else { n.listeners.get(&l.name) };
+                if let Some(address) = address {
+                    let address = crate::config::parse_host_port(address)
+                        .map_err(|reason| StartError::Config(ConfigError::Invalid { key: "cluster.nodes", reason }))?;
+                    brokers.insert(n.id, address);
+                }
             }
-            brokers.insert(n.id, address);
+            brokers.entry(config.node.id).or_insert(own);
+            listener_brokers.push(brokers);
         }
-        brokers.entry(config.node.id).or_insert_with(|| advertised.clone());
+        let brokers = listener_brokers[0].clone();
+        let advertised = brokers[&config.node.id].clone();
         let (peers, peer_tasks) = if config.cluster.is_multi_node() {
             let raft_listen = config.cluster.raft_listen;
             let listener = std::net::TcpListener::bind(raft_listen).map_err(|source| StartError::Bind {
@@ -157,6 +182,11 @@ impl Server {
             coordinator_shards,
             ready: Default::default(),
             brokers,
+            listener_brokers,
+            listeners,
+            sasl,
+            authorizer,
+            quotas,
             peers: Arc::new(peers),
             metadata_leader: std::sync::atomic::AtomicI64::new(-1),
             upstream,
@@ -170,9 +200,14 @@ impl Server {
             }
             None => None,
         };
-        let shards = crate::runtime::start(node.clone(), inboxes, listeners).map_err(StartError::Shard)?;
+        let shards = crate::runtime::start(node.clone(), inboxes, sockets).map_err(StartError::Shard)?;
         let admin = crate::admin::start(node.clone(), admin_listener, metrics).map_err(io)?;
         node.set_ready();
+        for l in &node.listeners {
+            if l.index > 0 {
+                tracing::info!(listener = %l.name, protocol = l.protocol.name(), address = %l.bound, "listening");
+            }
+        }
         tracing::info!(
             kafka = %kafka_addr,
             admin = %admin_addr,
@@ -181,7 +216,7 @@ impl Server {
             clean_start,
             "corral is serving"
         );
-        Ok(Server { kafka_addr, admin_addr, node, shards, admin, raft_net, data_dir, _lock: lock })
+        Ok(Server { kafka_addr, listener_addrs: bound, admin_addr, node, shards, admin, raft_net, data_dir, _lock: lock })
     }
 
     pub fn node(&self) -> &Arc<Node> {

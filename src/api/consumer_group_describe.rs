@@ -1,4 +1,5 @@
-//! ConsumerGroupDescribe (key 69), v0–v1: KIP-848 groups, their members and assignments.
+//! ConsumerGroupDescribe (key 69), v0–v1: KIP-848 groups, their members and assignments. Each
+//! group needs DESCRIBE, and so does every topic its members are assigned.
 
 use std::rc::Rc;
 
@@ -8,15 +9,14 @@ use kafka_protocol::messages::{ApiKey, ConsumerGroupDescribeRequest, ConsumerGro
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
-use crate::coordinator::consumer::TopicView;
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE};
+use crate::coordinator::consumer::{DescribedConsumerGroup, TopicView};
 use crate::coordinator::records::TopicPartitions as Partitions;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ConsumerGroupDescribe, ConsumerGroupDescribeRequest, 0, 1);
 
-/// READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: everything, as without an authorizer.
-const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 /// KIP-1099 member types (v1): a classic-protocol member of the group, a consumer-protocol one.
 const CLASSIC_MEMBER: i8 = 0;
 const CONSUMER_MEMBER: i8 = 1;
@@ -24,14 +24,25 @@ const CONSUMER_MEMBER: i8 = 1;
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ConsumerGroupDescribeRequest = ctx.decode(body)?;
     let version = ctx.api_version;
+    // Groups the principal may not describe are not looked up (`None`).
     let mut pending = Vec::with_capacity(request.group_ids.len());
     for group in request.group_ids {
-        let reply = services.groups().describe_consumer_group(group.to_string()).await;
+        let reply = if services.node().allows(&ctx, Operation::Describe, Resource::Group(&group)) {
+            Some(services.groups().describe_consumer_group(group.to_string()).await)
+        } else {
+            None
+        };
         pending.push((group, reply));
     }
     let include_operations = request.include_authorized_operations;
     Ok(Handled::Later(Box::pin(async move {
-        let catalog = &services.node().catalog;
+        let node = services.node();
+        let catalog = &node.catalog;
+        // Topics deleted since they were assigned name nothing. Without rules, all are.
+        let describable = |id| {
+            node.authorizer.is_open()
+                || catalog.by_id(id).is_none_or(|(name, _)| node.allows(&ctx, Operation::Describe, Resource::Topic(&name)))
+        };
         let assignment = |p: Partitions| {
             Assignment::default().with_topic_partitions(
                 p.into_iter()
@@ -48,7 +59,11 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let mut described = Vec::with_capacity(pending.len());
         for (group, reply) in pending {
             let base = DescribedGroup::default().with_group_id(group.clone());
-            let entry = if group.is_empty() {
+            let Some(reply) = reply else {
+                described.push(base.with_error_code(ResponseError::GroupAuthorizationFailed.code()));
+                continue;
+            };
+            let mut entry = if group.is_empty() {
                 base.with_error_code(ResponseError::InvalidGroupId.code())
                     .with_error_message(Some(StrBytes::from_static_str("GroupId can't be empty.")))
             } else {
@@ -57,6 +72,12 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                     Ok(None) => base
                         .with_error_code(ResponseError::GroupIdNotFound.code())
                         .with_error_message(Some(StrBytes::from_string(format!("Group {} not found.", &*group)))),
+                    // As Kafka: the group is not shown rather than show those topics.
+                    Ok(Some(g)) if assigns_hidden_topic(&g, describable) => {
+                        base.with_error_code(ResponseError::TopicAuthorizationFailed.code()).with_error_message(Some(
+                            StrBytes::from_static_str("the group's assignments name topics the client may not describe"),
+                        ))
+                    }
                     Ok(Some(g)) => {
                         let members = g
                             .members
@@ -83,22 +104,53 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                                 }
                             })
                             .collect();
-                        let entry = base
-                            .with_group_state(StrBytes::from_static_str(g.state))
+                        base.with_group_state(StrBytes::from_static_str(g.state))
                             .with_group_epoch(g.group_epoch)
                             .with_assignment_epoch(g.assignment_epoch)
                             .with_assignor_name(StrBytes::from_static_str(g.assignor))
-                            .with_members(members);
-                        if include_operations {
-                            entry.with_authorized_operations(ALL_GROUP_OPERATIONS)
-                        } else {
-                            entry
-                        }
+                            .with_members(members)
                     }
                 }
             };
+            if include_operations && entry.error_code == NONE {
+                entry.authorized_operations = node.authorized_operations(&ctx, Resource::Group(&group));
+            }
             described.push(entry);
         }
         ctx.respond(&ConsumerGroupDescribeResponse::default().with_groups(described))
     })))
+}
+
+/// Whether a member's assignment or target holds a topic that is not `describable`.
+fn assigns_hidden_topic(group: &DescribedConsumerGroup, describable: impl Fn(uuid::Uuid) -> bool) -> bool {
+    group.members.iter().flat_map(|m| m.assignment.keys().chain(m.target.keys())).any(|id| !describable(*id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::consumer::DescribedConsumerMember;
+
+    #[test]
+    fn a_hidden_topic_in_an_assignment_or_a_target_hides_the_group() {
+        let (shown, hidden) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        let member = |assignment: &[uuid::Uuid], target: &[uuid::Uuid]| DescribedConsumerMember {
+            member_id: "m".into(),
+            instance_id: None,
+            rack_id: None,
+            epoch: 1,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed_names: Vec::new(),
+            subscribed_regex: None,
+            assignment: assignment.iter().map(|id| (*id, [0].into())).collect(),
+            target: target.iter().map(|id| (*id, [0].into())).collect(),
+            classic: false,
+        };
+        let group = |members| DescribedConsumerGroup { state: "Stable", group_epoch: 1, assignment_epoch: 1, assignor: "uniform", members };
+        let describable = |id| id != hidden;
+        assert!(!assigns_hidden_topic(&group(vec![member(&[shown], &[shown])]), describable));
+        assert!(assigns_hidden_topic(&group(vec![member(&[shown], &[shown]), member(&[hidden], &[])]), describable));
+        assert!(assigns_hidden_topic(&group(vec![member(&[shown], &[shown, hidden])]), describable));
+    }
 }

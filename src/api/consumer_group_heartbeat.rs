@@ -12,11 +12,25 @@ use kafka_protocol::ResponseError;
 use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::consumer::{ConsumerHeartbeat, HeartbeatAnswer};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, 0, 1);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: ConsumerGroupHeartbeatRequest = ctx.decode(body)?;
+    let node = services.node();
+    let refusal = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id).or_else(|| {
+        // Every topic named needs DESCRIBE: Kafka refuses the heartbeat rather than leave one
+        // out. (The topics a regex matches are filtered instead, as it is resolved.)
+        let mut names = request.subscribed_topic_names.iter().flatten();
+        names.any(|t| !node.allows(&ctx, Operation::Describe, Resource::Topic(t))).then(|| {
+            services.metrics().group_answered(ApiKey::ConsumerGroupHeartbeat, ResponseError::TopicAuthorizationFailed.code());
+            ResponseError::TopicAuthorizationFailed
+        })
+    });
+    if let Some(e) = refusal {
+        return Ok(Handled::Now(ctx.respond(&ConsumerGroupHeartbeatResponse::default().with_error_code(e.code()))));
+    }
     let beat = ConsumerHeartbeat {
         group_id: request.group_id.to_string(),
         member_id: request.member_id.to_string(),
@@ -45,7 +59,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             upstream.mark_stale();
         }
     }
-    let answer = services.groups().consumer_heartbeat(beat).await;
+    let answer = services.groups().consumer_heartbeat(beat, ctx.principal()).await;
     Ok(Handled::Later(Box::pin(async move {
         let answer = answer.await.unwrap_or_else(|e| HeartbeatAnswer {
             error: e.code(),

@@ -10,6 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::{self, TopicError};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreatePartitions, CreatePartitionsRequest, 0, 3);
 
@@ -19,7 +20,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let bad_assignment = topic.assignments.iter().flatten().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node_id);
-        let outcome = if bad_assignment {
+        let outcome = if !services.node().allows(&ctx, Operation::Alter, Resource::Topic(&topic.name.0)) {
+            Err(TopicError::Unauthorized)
+        } else if bad_assignment {
             Err(TopicError::InvalidReplicaAssignment(format!("new partitions must be assigned to broker {node_id} only")))
         } else {
             cluster::grow_topic(services.node(), &topic.name.0, topic.count, request.validate_only).await

@@ -16,6 +16,7 @@ use crate::cluster::topic_config::TopicConfig;
 use crate::cluster::{self, TopicError};
 use crate::node::Node;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::CreateTopics, CreateTopicsRequest, 2, 7);
 
@@ -25,6 +26,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     for t in &request.topics {
         *counts.entry(t.name.0.clone()).or_default() += 1;
     }
+    let node = services.node();
+    let cluster_create = node.allows(&ctx, Operation::Create, Resource::Cluster);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.clone();
@@ -34,6 +37,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(StrBytes::from_string(format!("topic '{}' appears more than once in the request", &*name.0)))),
+            );
+            continue;
+        }
+        if !cluster_create && !node.allows(&ctx, Operation::Create, Resource::Topic(&name.0)) {
+            results.push(
+                result
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(StrBytes::from_static_str("Authorization failed."))),
             );
             continue;
         }

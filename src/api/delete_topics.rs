@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteTopics, DeleteTopicsRequest, 1, 6);
 
@@ -30,7 +31,11 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             None => catalog.get_by_id(id),
         };
         let mut result = DeletableTopicResult::default().with_name(name.clone()).with_topic_id(id);
+        // Before existence, as Kafka: a client without DELETE learns nothing about the topic.
+        let named = topic.as_ref().map(|t| t.name.as_str()).or(name.as_ref().map(|n| n.0.as_str()));
+        let authorized = named.is_none_or(|n| services.node().allows(&ctx, Operation::Delete, Resource::Topic(n)));
         let outcome = match topic {
+            _ if !authorized => Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string())),
             None if name.is_none() => Err((ResponseError::UnknownTopicId, "unknown topic id".to_string())),
             None => Err((ResponseError::UnknownTopicOrPartition, "this server does not host this topic".to_string())),
             Some(topic) => {

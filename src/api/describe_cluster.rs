@@ -11,6 +11,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeCluster, DescribeClusterRequest, 0, 2);
 
@@ -24,14 +25,18 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         .with_endpoint_type(request.endpoint_type)
         .with_cluster_id(StrBytes::from_string(node.cluster_id.clone()))
         .with_controller_id(BrokerId(node.controller()));
-    if ctx.api_version >= 1 && request.endpoint_type != BROKERS {
+    if !node.allows(&ctx, Operation::Describe, Resource::Cluster) {
+        response = response
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(StrBytes::from_static_str("Authorization failed.")));
+    } else if ctx.api_version >= 1 && request.endpoint_type != BROKERS {
         // Controllers are not reachable through a broker listener, as in Kafka.
         response = response
             .with_error_code(ResponseError::UnsupportedEndpointType.code())
             .with_error_message(Some(StrBytes::from_static_str("only broker endpoints are served here")));
     } else {
         response = response.with_brokers(
-            node.brokers
+            node.brokers_for(&ctx)
                 .iter()
                 .map(|(id, (host, port))| {
                     DescribeClusterBroker::default()
@@ -41,6 +46,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 })
                 .collect(),
         );
+    }
+    if request.include_cluster_authorized_operations {
+        response.cluster_authorized_operations = node.authorized_operations(&ctx, Resource::Cluster);
     }
     Ok(Handled::Now(ctx.respond(&response)))
 }

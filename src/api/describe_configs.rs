@@ -12,6 +12,7 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
 use crate::config::Config;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
 
@@ -36,6 +37,12 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let mut result =
             DescribeConfigsResult::default().with_resource_type(resource.resource_type).with_resource_name(resource.resource_name.clone());
         let described = match resource.resource_type {
+            TOPIC if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Topic(&resource.resource_name)) => {
+                Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
+            }
+            BROKER if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Cluster) => {
+                Err((ResponseError::ClusterAuthorizationFailed, "Authorization failed.".to_string()))
+            }
             TOPIC => match node.catalog.get(&resource.resource_name) {
                 Some(topic) => Ok(topic
                     .config

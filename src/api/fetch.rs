@@ -17,6 +17,8 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE};
 use crate::cluster::catalog::Topic;
 use crate::protocol::fetch_response::{self, FetchPartitionReply, FetchReply, FetchTopicReply};
 use crate::protocol::{Reply, RequestContext};
+use crate::security::acl::{Operation, Resource};
+use crate::security::quota::QuotaKind;
 use crate::store::{FetchPlan, PartitionFetch, PartitionRef};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Fetch, FetchRequest, 4, 18);
@@ -56,6 +58,9 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
     for t in &request.topics {
         let topic: Option<Arc<Topic>> = if version >= 13 { catalog.get_by_id(t.topic_id) } else { catalog.get(&t.topic.0) };
         let unknown = if version >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        // Before existence, as Kafka: a client without READ learns nothing about the topic.
+        let name = topic.as_ref().map(|t| t.name.as_str()).unwrap_or(t.topic.0.as_str());
+        let authorized = (version >= 13 && topic.is_none()) || services.node().allows(&ctx, Operation::Read, Resource::Topic(name));
         let mut slots = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let key =
@@ -64,6 +69,7 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
                 continue;
             }
             let slot = match &topic {
+                _ if !authorized => Slot::Error(ResponseError::TopicAuthorizationFailed.code()),
                 None => Slot::Error(unknown.code()),
                 Some(topic) => {
                     partitions.push(PartitionFetch {
@@ -79,12 +85,20 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
         }
         layout.push((t.topic.0.clone(), t.topic_id, slots));
     }
-    // An unknown topic is an error to report at once, as the store does for its own errors.
+    // An unknown or forbidden topic is an error to report at once, as the store does for its own
+    // errors.
     let has_unknown = layout.iter().flat_map(|(_, _, s)| s).any(|(_, s)| matches!(s, Slot::Error(_)));
     let wait = if has_unknown { Duration::ZERO } else { Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT) };
+    let mut max_bytes = request.max_bytes.max(0) as u64;
+    if services.node().quotas.limits(QuotaKind::Fetch) {
+        let client_id = ctx.client_id.as_deref().unwrap_or_default();
+        if let Some(quota_bytes) = services.node().quotas.max_bytes_in_window(QuotaKind::Fetch, &ctx.principal(), client_id) {
+            max_bytes = max_bytes.min(quota_bytes);
+        }
+    }
     let plan = FetchPlan {
         partitions,
-        max_bytes: request.max_bytes.max(0) as u64,
+        max_bytes,
         min_bytes: request.min_bytes.max(0) as u64,
         max_wait: wait,
         isolation_level: request.isolation_level,
@@ -115,5 +129,14 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
             FetchTopicReply { name, topic_id, partitions }
         })
         .collect();
-    Reply::Chunks(fetch_response::encode(ctx.correlation_id, version, FetchReply { topics, ..Default::default() }))
+    let frame = fetch_response::encode(ctx.correlation_id, version, FetchReply { topics, ..Default::default() });
+    let throttle = super::throttle(services.node(), &ctx, QuotaKind::Fetch, frame.len as f64);
+    if throttle.is_zero() {
+        return Reply::Chunks(frame);
+    }
+    // Over the quota: no data now, and its bytes do not count (as Kafka's throttled fetch).
+    let client_id = ctx.client_id.as_deref().unwrap_or_default();
+    services.node().quotas.unrecord(QuotaKind::Fetch, &ctx.principal(), client_id, frame.len as f64);
+    let reply = FetchReply { throttle_time_ms: throttle.as_millis() as i32, ..Default::default() };
+    Reply::Chunks(fetch_response::encode(ctx.correlation_id, version, reply))
 }

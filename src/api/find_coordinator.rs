@@ -1,7 +1,8 @@
 //! FindCoordinator (key 10): a group's coordinator is the node leading the Raft group of its
 //! coordinator partition (this node, on a single node). A sidecar names itself for every group
 //! (it forwards their requests). Batched keys from v4. Transactions are not served, so
-//! TRANSACTION keys get a clear, non-retriable error.
+//! TRANSACTION keys get a clear, non-retriable error. A group key needs DESCRIBE on the group,
+//! in a sidecar too (FindCoordinator is not forwarded).
 
 use std::rc::Rc;
 
@@ -13,6 +14,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::FindCoordinator, FindCoordinatorRequest, 0, 6);
 
@@ -25,7 +27,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let keys: Vec<StrBytes> = if ctx.api_version >= 4 { request.coordinator_keys.clone() } else { vec![request.key.clone()] };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
-        coordinators.push(answer(services.as_ref(), request.key_type, key).await);
+        coordinators.push(answer(services.as_ref(), &ctx, request.key_type, key).await);
     }
     let response = if ctx.api_version >= 4 {
         FindCoordinatorResponse::default().with_coordinators(coordinators)
@@ -44,7 +46,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 
 /// The coordinator of one key: the node that leads the Raft group of the group's coordinator
 /// partition (this node, on a single node).
-async fn answer(services: &dyn Services, key_type: i8, key: StrBytes) -> Coordinator {
+async fn answer(services: &dyn Services, ctx: &RequestContext, key_type: i8, key: StrBytes) -> Coordinator {
     let refuse = |code: ResponseError, message: &'static str| {
         Coordinator::default()
             .with_key(key.clone())
@@ -54,17 +56,20 @@ async fn answer(services: &dyn Services, key_type: i8, key: StrBytes) -> Coordin
             .with_error_code(code.code())
             .with_error_message(Some(StrBytes::from_static_str(message)))
     };
+    let node = services.node();
     match key_type {
+        GROUP if !node.allows(ctx, Operation::Describe, Resource::Group(&key)) => {
+            return refuse(ResponseError::GroupAuthorizationFailed, "not authorized to describe the group")
+        }
         GROUP => {}
         TRANSACTION => return refuse(ResponseError::InvalidRequest, "transactions are not supported by corral"),
         _ => return refuse(ResponseError::InvalidRequest, "unsupported coordinator key type"),
     }
-    let node = services.node();
     let leader = match services.sidecar() {
         Some(_) => Some(node.node_id),
         None => services.groups().coordinator_of(key.to_string()).await.and_then(|id| i32::try_from(id).ok()),
     };
-    match leader.and_then(|id| node.brokers.get(&id).map(|addr| (id, addr))) {
+    match leader.and_then(|id| node.brokers_for(ctx).get(&id).map(|addr| (id, addr))) {
         Some((id, (host, port))) => Coordinator::default()
             .with_key(key.clone())
             .with_node_id(BrokerId(id))

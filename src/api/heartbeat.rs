@@ -5,14 +5,18 @@ use std::rc::Rc;
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::classic;
 use crate::protocol::RequestContext;
+use crate::security::acl::Operation;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Heartbeat, HeartbeatRequest, 0, 4);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: HeartbeatRequest = ctx.decode(body)?;
+    if let Some(e) = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id) {
+        return Ok(Handled::Now(ctx.respond(&HeartbeatResponse::default().with_error_code(e.code()))));
+    }
     let beat = classic::HeartbeatRequest {
         group_id: request.group_id.to_string(),
         generation: request.generation_id,

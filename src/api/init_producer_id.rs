@@ -13,6 +13,7 @@ use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::metadata_group::WriteError;
 use crate::cluster::TopicError;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource, ResourceType};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::InitProducerId, InitProducerIdRequest, 0, 5);
 
@@ -22,6 +23,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let response = if request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
         tracing::warn!(client = ?ctx.client_id, "refused InitProducerId with a transactional id: transactions are not supported");
         response.with_error_code(ResponseError::InvalidRequest.code())
+    } else if !may_write_idempotently(services.node(), &ctx) {
+        response.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
     } else {
         // Idempotent producers always get a new id; a bumped epoch is not needed (KIP-360 path
         // applies to transactional producers).
@@ -38,6 +41,13 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         }
     };
     Ok(Handled::Now(ctx.respond(&response)))
+}
+
+/// IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679), as Kafka requires.
+fn may_write_idempotently(node: &crate::node::Node, ctx: &RequestContext) -> bool {
+    let principal = ctx.principal();
+    node.allows(ctx, Operation::IdempotentWrite, Resource::Cluster)
+        || node.authorizer.allows_some(&principal, Operation::Write, ResourceType::Topic)
 }
 
 /// As Kafka answers when its broker has no block yet: retriable while the metadata group

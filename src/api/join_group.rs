@@ -10,6 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::state::{JoinRequest, JoinResult};
 use crate::protocol::RequestContext;
+use crate::security::acl::Operation;
 
 /// Served from v0: librdkafka before 2.11 enables its consumer groups only if v0 is listed
 /// (KAFKA-19444).
@@ -18,6 +19,10 @@ pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::JoinGroup, JoinGroupReques
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: JoinGroupRequest = ctx.decode(body)?;
     let version = ctx.api_version;
+    if let Some(e) = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id) {
+        // Kafka's error answer names no member.
+        return Ok(Handled::Now(ctx.respond(&shape(JoinResult::error(e, ""), version))));
+    }
     let join = JoinRequest {
         group_id: request.group_id.to_string(),
         member_id: request.member_id.to_string(),
@@ -32,7 +37,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         version,
     };
     let member_id = join.member_id.clone();
-    let answer = services.groups().join(join).await;
+    let answer = services.groups().join(join, ctx.principal()).await;
     Ok(Handled::Later(Box::pin(async move {
         let result = answer.await.unwrap_or_else(|e| JoinResult::error(e, &member_id));
         services.metrics().group_answered(ApiKey::JoinGroup, result.error);

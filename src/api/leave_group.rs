@@ -7,14 +7,19 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
+use crate::security::acl::Operation;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::LeaveGroup, LeaveGroupRequest, 0, 5);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: LeaveGroupRequest = ctx.decode(body)?;
     let version = ctx.api_version;
+    if let Some(e) = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id) {
+        // A group-level error, without the members (as Kafka answers at every version).
+        return Ok(Handled::Now(ctx.respond(&LeaveGroupResponse::default().with_error_code(e.code()))));
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request.members.iter().map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string()))).collect()
     } else {

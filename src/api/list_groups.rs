@@ -9,6 +9,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListGroups, ListGroupsRequest, 0, 5);
 
@@ -16,11 +17,15 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let request: ListGroupsRequest = ctx.decode(body)?;
     let states: Vec<String> = request.states_filter.iter().map(|s| s.to_string()).collect();
     let types: Vec<String> = request.types_filter.iter().map(|s| s.to_string()).collect();
+    // DESCRIBE on the cluster shows every group; without it, those the principal may describe.
+    let every_group = services.node().allows(&ctx, Operation::Describe, Resource::Cluster);
     let listed = services.groups().list_groups(states, types).await;
     Ok(Handled::Later(Box::pin(async move {
+        let node = services.node();
         let mut groups: Vec<ListedGroup> = listed
             .await
             .into_iter()
+            .filter(|g| every_group || node.allows(&ctx, Operation::Describe, Resource::Group(&g.group_id)))
             .map(|g| {
                 ListedGroup::default()
                     .with_group_id(GroupId(StrBytes::from_string(g.group_id)))

@@ -18,6 +18,7 @@ use kafka_protocol::ResponseError;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::old_versions::{array_len, string};
 use crate::protocol::{RequestContext, RequestError};
+use crate::security::acl::{Operation, Resource};
 use crate::store::{OffsetQuery, OffsetSpec, PartitionRef};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::ListOffsets, 0, 10, codec_min = CODEC_MIN, decode = decode);
@@ -53,12 +54,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let duplicates = if v0 { Default::default() } else { duplicate_partitions(&request) };
     for topic in request.topics {
         let found = catalog.get(&topic.name.0);
+        let authorized = services.node().allows(&ctx, Operation::Describe, Resource::Topic(&topic.name.0));
         let mut parts = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
             let slot = match &found {
                 _ if !duplicates.is_empty() && duplicates.contains(&(topic.name.0.to_string(), p.partition_index)) => {
                     Err(ResponseError::InvalidRequest)
                 }
+                _ if !authorized => Err(ResponseError::TopicAuthorizationFailed),
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(t) => {
                     let partition = PartitionRef { topic: t.clone(), index: p.partition_index };

@@ -23,6 +23,7 @@ use crate::cluster::topic_config::{validate_topic_name, TopicConfig};
 use crate::cluster::{self, TopicError};
 use crate::node::Node;
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::Metadata, MetadataRequest, 0, 13);
 
@@ -43,8 +44,15 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 
     // A sidecar's groups and offsets are its group service's: it has no `__consumer_offsets`.
     let hidden = |name: &str| node.sidecar.is_some() && cluster::is_internal(name);
-    let topics = match requested {
-        None => catalog.all().iter().filter(|t| !hidden(&t.name)).map(|t| describe(services.node(), t)).collect(),
+    let describable = |name: &str| node.allows(&ctx, Operation::Describe, Resource::Topic(name));
+    let forbidden = |name: Option<TopicName>| {
+        MetadataResponseTopic::default().with_name(name).with_error_code(ResponseError::TopicAuthorizationFailed.code())
+    };
+    let may_create =
+        |name: &str| node.allows(&ctx, Operation::Create, Resource::Cluster) || node.allows(&ctx, Operation::Create, Resource::Topic(name));
+    let mut topics: Vec<MetadataResponseTopic> = match requested {
+        // Every topic: those the client may describe.
+        None => catalog.all().iter().filter(|t| !hidden(&t.name) && describable(&t.name)).map(|t| describe(services.node(), t)).collect(),
         Some(wanted) => {
             let mut out = Vec::with_capacity(wanted.len());
             for t in wanted {
@@ -52,8 +60,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                     Some(name) if hidden(&name.0) => MetadataResponseTopic::default()
                         .with_name(Some(name))
                         .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                    Some(name) => lookup_or_create(services.node(), &name.0, auto_create).await,
+                    Some(name) if !describable(&name.0) => forbidden(Some(name)),
+                    Some(name) => lookup_or_create(services.node(), &name.0, auto_create, may_create(&name.0)).await,
                     None => match catalog.get_by_id(t.topic_id) {
+                        Some(topic) if !describable(&topic.name) => forbidden(None).with_topic_id(t.topic_id),
                         Some(topic) => describe(services.node(), &topic),
                         None => MetadataResponseTopic::default()
                             .with_name(None)
@@ -65,9 +75,15 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             out
         }
     };
-    let response = MetadataResponse::default()
+    if ctx.api_version >= 8 && request.include_topic_authorized_operations {
+        for t in topics.iter_mut().filter(|t| t.error_code == 0) {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            t.topic_authorized_operations = node.authorized_operations(&ctx, Resource::Topic(&name));
+        }
+    }
+    let mut response = MetadataResponse::default()
         .with_brokers(
-            node.brokers
+            node.brokers_for(&ctx)
                 .iter()
                 .map(|(id, (host, port))| {
                     MetadataResponseBroker::default()
@@ -80,10 +96,15 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         .with_cluster_id(Some(StrBytes::from_string(node.cluster_id.clone())))
         .with_controller_id(BrokerId(node.controller()))
         .with_topics(topics);
+    if (8..=10).contains(&ctx.api_version) && request.include_cluster_authorized_operations {
+        response.cluster_authorized_operations = node.authorized_operations(&ctx, Resource::Cluster);
+    }
     Ok(Handled::Now(ctx.respond(&response)))
 }
 
-async fn lookup_or_create(node: &Arc<Node>, name: &StrBytes, auto_create: bool) -> MetadataResponseTopic {
+/// The topic, or creates it if `auto_create` allows; without `may_create` (CREATE on the cluster
+/// or the topic), TOPIC_AUTHORIZATION_FAILED instead, as Kafka answers.
+async fn lookup_or_create(node: &Arc<Node>, name: &StrBytes, auto_create: bool, may_create: bool) -> MetadataResponseTopic {
     let catalog = &node.catalog;
     if let Some(topic) = catalog.get(name) {
         return describe(node, &topic);
@@ -95,6 +116,9 @@ async fn lookup_or_create(node: &Arc<Node>, name: &StrBytes, auto_create: bool) 
     }
     if !auto_create {
         return error(ResponseError::UnknownTopicOrPartition);
+    }
+    if !may_create {
+        return error(ResponseError::TopicAuthorizationFailed);
     }
     let partitions = node.config.topics.default_partitions;
     match cluster::create_topic(node, name, partitions, TopicConfig::default(), false).await {

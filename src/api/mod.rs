@@ -44,6 +44,8 @@ mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod produce;
+mod sasl_authenticate;
+mod sasl_handshake;
 mod sync_group;
 
 use std::rc::Rc;
@@ -57,6 +59,7 @@ use crate::coordinator::router::GroupRouter;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::protocol::{Reply, RequestContext, RequestError};
+use crate::security::quota::QuotaKind;
 use crate::store::PartitionStore;
 
 /// All a handler may use. Lives on one shard.
@@ -128,6 +131,8 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     describe_cluster::ENTRY,
     consumer_group_heartbeat::ENTRY,
     consumer_group_describe::ENTRY,
+    sasl_handshake::ENTRY,
+    sasl_authenticate::ENTRY,
 ];
 
 pub(crate) fn entry(key: ApiKey) -> Option<&'static ApiEntry> {
@@ -146,9 +151,15 @@ pub fn decode_request(mut frame: Bytes) -> Result<ApiKey, RequestError> {
 }
 
 /// Parses a request frame and runs its handler's first stage.
-pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer: std::net::SocketAddr) -> HandlerResult {
+pub(crate) async fn dispatch(
+    services: &Rc<dyn Services>,
+    mut frame: Bytes,
+    peer: std::net::SocketAddr,
+    security: &Rc<crate::security::session::ConnectionSecurity>,
+) -> HandlerResult {
     let mut ctx = RequestContext::parse(&mut frame)?;
     ctx.peer = Some(peer);
+    ctx.security = Some(security.clone());
     let Some(entry) = entry(ctx.api_key) else {
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });
     };
@@ -165,7 +176,67 @@ pub(crate) async fn dispatch(services: &Rc<dyn Services>, mut frame: Bytes, peer
         }
         return sidecar.serve(ctx, frame).await.map(Handled::Later);
     }
-    (entry.handle)(services.clone(), ctx, frame).await
+    let node = services.node().clone();
+    if !node.quotas.limits(QuotaKind::Request) {
+        return (entry.handle)(services.clone(), ctx, frame).await;
+    }
+    // The request-time quota counts the shard time the request takes: its first stage, and
+    // each poll of the rest.
+    let started = std::time::Instant::now();
+    let account = (ctx.principal(), ctx.client_id.as_deref().unwrap_or_default().to_string(), ctx.security.clone());
+    let handled = (entry.handle)(services.clone(), ctx, frame).await?;
+    let first_stage = started.elapsed();
+    let record = move |spent: std::time::Duration| {
+        let (principal, client_id, security) = account;
+        let throttle = node.quotas.record(QuotaKind::Request, &principal, &client_id, spent.as_secs_f64() * 1000.0);
+        if let Some(security) = security.filter(|_| !throttle.is_zero()) {
+            security.mute(throttle);
+        }
+    };
+    Ok(match handled {
+        Handled::Now(reply) => {
+            record(first_stage);
+            Handled::Now(reply)
+        }
+        Handled::Later(rest) => Handled::Later(Box::pin(PollTimed { inner: rest, spent: first_stage, done: Some(Box::new(record)) })),
+    })
+}
+
+/// A handler's second stage that adds up the time its polls take, and reports it when done.
+struct PollTimed {
+    inner: LocalBoxFuture<'static, Reply>,
+    spent: std::time::Duration,
+    done: Option<Box<dyn FnOnce(std::time::Duration)>>,
+}
+
+impl std::future::Future for PollTimed {
+    type Output = Reply;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Reply> {
+        let started = std::time::Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.spent += started.elapsed();
+        if polled.is_ready() {
+            if let Some(done) = self.done.take() {
+                done(self.spent);
+            }
+        }
+        polled
+    }
+}
+
+/// Counts `amount` against the client's quota of this kind; if it is over, mutes its connection
+/// for the throttle time, which the response reports (`throttle_time_ms`).
+pub(crate) fn throttle(node: &Node, ctx: &RequestContext, kind: QuotaKind, amount: f64) -> std::time::Duration {
+    if !node.quotas.limits(kind) {
+        return std::time::Duration::ZERO;
+    }
+    let client_id = ctx.client_id.as_deref().unwrap_or_default();
+    let throttle = node.quotas.record(kind, &ctx.principal(), client_id, amount);
+    if let Some(security) = ctx.security.as_ref().filter(|_| !throttle.is_zero()) {
+        security.mute(throttle);
+    }
+    throttle
 }
 
 /// Builds an [`ApiEntry`] for the `handle` function of the module it is used in.

@@ -14,10 +14,11 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::{ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
 use crate::coordinator::offsets::{CommitOffset, CommitRequest};
 use crate::protocol::old_versions::{array_len, nullable_string, string};
 use crate::protocol::{RequestContext, RequestError};
+use crate::security::acl::{Operation, Resource};
 
 /// Per requested topic, per partition: an error found before reaching the coordinator, or the
 /// position of its offset among those sent on.
@@ -39,20 +40,33 @@ fn decode(ctx: &RequestContext, body: Bytes) -> Result<(OffsetCommitRequest, Vec
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let (request, commit_timestamps) = decode(&ctx, body)?;
     let mut commit_timestamps = commit_timestamps.into_iter();
-    let catalog = &services.node().catalog;
-    if let Some(upstream) = &services.node().upstream {
-        if request.topics.iter().any(|t| catalog.get(&t.name.0).is_none()) {
+    let node = services.node();
+    let catalog = &node.catalog;
+    // Without READ on the group nothing is committed; without READ on a topic, none of its
+    // partitions. Both are answered before a topic is looked for.
+    let group_refused = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id);
+    let refusals: Vec<Option<i16>> = request
+        .topics
+        .iter()
+        .map(|t| match group_refused {
+            Some(e) => Some(e.code()),
+            None if !node.allows(&ctx, Operation::Read, Resource::Topic(&t.name)) => Some(ResponseError::TopicAuthorizationFailed.code()),
+            None => None,
+        })
+        .collect();
+    if let Some(upstream) = &node.upstream {
+        if request.topics.iter().zip(&refusals).any(|(t, refused)| refused.is_none() && catalog.get(&t.name.0).is_none()) {
             upstream.look_for_new_topics(UNKNOWN_TOPIC_WAIT).await;
         }
     }
     let mut layout: Layout = Vec::new();
     let mut offsets = Vec::new();
-    for topic in &request.topics {
+    for (topic, refused) in request.topics.iter().zip(refusals) {
         let known = catalog.get(&topic.name.0);
         let mut parts = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            let slot = match &known {
-                Some(t) if t.partition(p.partition_index).is_some() => {
+            let slot = match (&known, refused) {
+                (Some(t), None) if t.partition(p.partition_index).is_some() => {
                     let commit_timestamp = commit_timestamps.next();
                     offsets.push(CommitOffset {
                         topic: topic.name.to_string(),
@@ -64,9 +78,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                     });
                     Ok(offsets.len() - 1)
                 }
-                _ => {
+                (_, refused) => {
                     commit_timestamps.next();
-                    Err(ResponseError::UnknownTopicOrPartition.code())
+                    Err(refused.unwrap_or(ResponseError::UnknownTopicOrPartition.code()))
                 }
             };
             parts.push((p.partition_index, slot));

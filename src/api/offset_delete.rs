@@ -1,4 +1,4 @@
-//! OffsetDelete (key 47), v0 (KIP-496).
+//! OffsetDelete (key 47), v0 (KIP-496). Needs DELETE on the group and READ on each topic.
 
 use std::rc::Rc;
 
@@ -9,21 +9,30 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
+use crate::security::acl::{Operation, Resource};
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::OffsetDelete, OffsetDeleteRequest, 0, 0);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: OffsetDeleteRequest = ctx.decode(body)?;
-    let catalog = &services.node().catalog;
-    // Unknown topics and partitions are answered here; the rest go to the coordinator.
+    let node = services.node();
+    if !node.allows(&ctx, Operation::Delete, Resource::Group(&request.group_id)) {
+        let response = OffsetDeleteResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        return Ok(Handled::Now(ctx.respond(&response)));
+    }
+    // Topics without READ, then unknown topics and partitions, are answered here; the rest go to
+    // the coordinator.
     let mut layout = Vec::with_capacity(request.topics.len());
     let mut valid: Vec<(String, Vec<i32>)> = Vec::new();
     for topic in &request.topics {
-        let known = catalog.get(&topic.name.0);
+        let refused = !node.allows(&ctx, Operation::Read, Resource::Topic(&topic.name));
+        let known = node.catalog.get(&topic.name.0);
         let mut parts = Vec::new();
         let mut ok = Vec::new();
         for p in &topic.partitions {
-            if known.as_ref().is_some_and(|t| t.partition(p.partition_index).is_some()) {
+            if refused {
+                parts.push((p.partition_index, Some(ResponseError::TopicAuthorizationFailed.code())));
+            } else if known.as_ref().is_some_and(|t| t.partition(p.partition_index).is_some()) {
                 ok.push(p.partition_index);
                 parts.push((p.partition_index, None));
             } else {

@@ -19,6 +19,8 @@ use kafka_protocol::ResponseError;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
 use crate::protocol::{Reply, RequestContext};
 use crate::record_batch::{BatchHeader, Compression, HEADER_LEN};
+use crate::security::acl::{Operation, Resource};
+use crate::security::quota::QuotaKind;
 use crate::store::{Append, AppendPlan, PartitionRef};
 
 /// Served from v3 (record batch v2); advertised from v0 because librdkafka before 2.11.1 turns
@@ -35,7 +37,9 @@ enum Slot {
 }
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let size = body.len();
     let request: ProduceRequest = ctx.decode(body)?;
+    let throttle = super::throttle(services.node(), &ctx, QuotaKind::Produce, size as f64);
     let version = ctx.api_version;
     let catalog = &services.node().catalog;
     let acks_valid = matches!(request.acks, -1..=1);
@@ -53,10 +57,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     for data in request.topic_data {
         let topic = if version >= 13 { catalog.get_by_id(data.topic_id) } else { catalog.get(&data.name.0) };
         let unknown = if version >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+        // Before existence, as Kafka: a client without WRITE learns nothing about the topic.
+        let name = topic.as_ref().map(|t| t.name.as_str()).unwrap_or(data.name.0.as_str());
+        let authorized = (version >= 13 && topic.is_none()) || services.node().allows(&ctx, Operation::Write, Resource::Topic(name));
         let mut slots = Vec::with_capacity(data.partition_data.len());
         for p in data.partition_data {
             let slot = match &topic {
                 _ if !acks_valid => Slot::Done(failed(p.index, ResponseError::InvalidRequiredAcks, None)),
+                _ if !authorized => Slot::Done(failed(p.index, ResponseError::TopicAuthorizationFailed, None)),
                 None => Slot::Done(failed(p.index, unknown, None)),
                 Some(t) if crate::cluster::is_internal(&t.name) => {
                     Slot::Done(failed(p.index, ResponseError::InvalidTopicException, Some("cannot write to an internal topic".into())))
@@ -103,7 +111,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             let failed = responses.iter().flat_map(|t| &t.partition_responses).any(|p| p.error_code != 0);
             return if failed { Reply::Close("a produce with acks=0 failed") } else { Reply::None };
         }
-        ctx.respond(&ProduceResponse::default().with_responses(responses))
+        ctx.respond(&ProduceResponse::default().with_responses(responses).with_throttle_time_ms(throttle.as_millis() as i32))
     })))
 }
 

@@ -7,9 +7,10 @@ use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
 use crate::coordinator::state::{SyncRequest, SyncResult};
 use crate::protocol::RequestContext;
+use crate::security::acl::Operation;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SyncGroup, SyncGroupRequest, 0, 5);
 
@@ -20,6 +21,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     if version >= 5 && (request.protocol_type.is_none() || request.protocol_name.is_none()) {
         let response = shape(SyncResult::error(ResponseError::InconsistentGroupProtocol), version);
         return Ok(Handled::Now(ctx.respond(&response)));
+    }
+    if let Some(e) = groups::refusal(services.as_ref(), &ctx, Operation::Read, &request.group_id) {
+        return Ok(Handled::Now(ctx.respond(&shape(SyncResult::error(e), version))));
     }
     let sync = SyncRequest {
         group_id: request.group_id.to_string(),

@@ -1,6 +1,8 @@
-//! Command line: `corral serve`, `corral check-config`, and `corral groups` (`groups.rs`).
+//! Command line: `corral serve`, `corral check-config`, `corral groups` (`groups.rs`) and
+//! `corral sasl-credential` (`sasl_credential.rs`).
 
 pub mod groups;
+pub mod sasl_credential;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +30,9 @@ pub enum Command {
     },
     /// Look at a running node's groups (through its admin listener): list, describe, history.
     Groups(groups::GroupsArgs),
+    /// Print a user's SCRAM credentials for sasl.credentials_file; the password is read from
+    /// standard input.
+    SaslCredential(sasl_credential::SaslCredentialArgs),
 }
 
 /// Options of `corral serve`; each flag overrides the same key of the config file.

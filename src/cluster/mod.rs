@@ -68,6 +68,9 @@ pub enum TopicError {
     InvalidConfig(#[from] TopicConfigError),
     #[error("this server does not host this topic")]
     Unknown,
+    /// The principal lacks the operation on the topic (`[authorization]`).
+    #[error("Authorization failed.")]
+    Unauthorized,
     #[error("topic '{0}' is internal")]
     Internal(String),
     #[error(transparent)]
@@ -96,6 +99,7 @@ impl TopicError {
             TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
+            TopicError::Unauthorized => ResponseError::TopicAuthorizationFailed,
             TopicError::Internal(_) => ResponseError::InvalidRequest,
             TopicError::NotController(_) => ResponseError::NotController,
             TopicError::Write(metadata_group::WriteError::Timeout(_)) => ResponseError::RequestTimedOut,

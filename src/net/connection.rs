@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use kafka_protocol::messages::ApiKey;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -31,6 +31,7 @@ use crate::api::{self, Handled};
 use crate::config::FetchSend;
 use crate::protocol::{Chunk, Reply, RequestError};
 use crate::runtime::Shard;
+use crate::security::session::ConnectionSecurity;
 
 /// A response the writer is waiting for.
 struct Pending {
@@ -49,12 +50,52 @@ enum PendingReply {
     Close(RequestError),
 }
 
+/// The writing half of a client connection. Only a plain TCP socket can take sendfile(2) and
+/// corking; a TLS stream gets the bytes.
+pub(crate) trait ClientWriter: AsyncWrite + Unpin + 'static {
+    fn tcp(&self) -> Option<&TcpStream>;
+}
+
+impl ClientWriter for OwnedWriteHalf {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl ClientWriter for tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>> {
+    fn tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+/// Serves a plaintext connection.
+pub(crate) async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, security: ConnectionSecurity) {
+    let (read_half, write_half) = stream.into_split();
+    serve(shard, read_half, write_half, peer, security).await;
+}
+
+/// Serves a connection whose TLS handshake is done.
+pub(crate) async fn serve_tls(
+    shard: Rc<Shard>,
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    peer: SocketAddr,
+    security: ConnectionSecurity,
+) {
+    let (read_half, write_half) = tokio::io::split(stream);
+    serve(shard, read_half, write_half, peer, security).await;
+}
+
 /// Serves one connection until the client closes it, it sends something unservable, or the
 /// node shuts down.
-pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
+async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
+    shard: Rc<Shard>,
+    read_half: R,
+    write_half: W,
+    peer: SocketAddr,
+    security: ConnectionSecurity,
+) {
     let config = &shard.node.config.kafka;
-    let (read_half, write_half) = stream.into_split();
+    let security = Rc::new(security);
     let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(config.max_frame_bytes as usize).new_codec();
     let mut frames = FramedRead::new(read_half, codec);
     let (tx, rx) = mpsc::channel::<Pending>(config.max_inflight_per_connection);
@@ -73,6 +114,14 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
     let mut partial_since: Option<Instant> = None;
 
     loop {
+        if let Some(until) = security.muted_until() {
+            // Over a quota: the client waits out its throttle time before it is read again.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+            active_at = Instant::now();
+        }
         let frame = tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
@@ -113,7 +162,14 @@ pub(crate) async fn serve(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr)
         let api = frame
             .get(0..4)
             .and_then(|h| Some((ApiKey::try_from(i16::from_be_bytes([h[0], h[1]])).ok()?, i16::from_be_bytes([h[2], h[3]]))));
-        let (reply, close) = match api::dispatch(&services, frame, peer).await {
+        if let Err(why) = security.admits(api.map(|(key, _)| key)) {
+            // As Kafka: a client that skips or breaks authentication is disconnected.
+            tracing::info!(%peer, listener = %security.listener.name, api = ?api.map(|(key, _)| key), why, "closing connection");
+            crate::metrics::connection_closed(crate::metrics::labels::CLOSED_UNAUTHENTICATED);
+            let _ = tx.send(Pending { api, started, reply: PendingReply::Ready(Reply::Close(why)), _held: held }).await;
+            break;
+        }
+        let (reply, close) = match api::dispatch(&services, frame, peer, &security).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
             Err(e) => (PendingReply::Close(e), true),
@@ -136,7 +192,7 @@ const COALESCE_FRAME_MAX: usize = 16 * 1024;
 const COALESCE_BUFFER_MAX: usize = 64 * 1024;
 const IDLE_BUFFER_MAX: usize = 4 * 1024;
 
-async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, peer: SocketAddr) {
+async fn write_loop<W: ClientWriter>(shard: Rc<Shard>, mut socket: W, mut rx: mpsc::Receiver<Pending>, peer: SocketAddr) {
     let use_sendfile = shard.node.config.kafka.fetch_send == FetchSend::Sendfile;
     let mut copy_buf = Vec::new();
     let mut out = BytesMut::new();
@@ -213,6 +269,11 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
                 Ok(()) => socket.write_all(&bytes).await,
                 Err(e) => Err(e),
             },
+            Reply::Last(bytes) => {
+                out.extend_from_slice(&bytes);
+                tracing::debug!(%peer, "closing connection after its last response");
+                break;
+            }
             Reply::Chunks(frame) => match socket.write_all_buf(&mut out).await {
                 Ok(()) => write_chunks(&shard, &mut socket, frame.chunks, use_sendfile, &mut copy_buf).await,
                 Err(e) => Err(e),
@@ -232,7 +293,7 @@ async fn write_loop(shard: Rc<Shard>, mut socket: OwnedWriteHalf, mut rx: mpsc::
     let _ = socket.shutdown().await;
 }
 
-async fn flush(socket: &mut OwnedWriteHalf, out: &mut BytesMut, peer: SocketAddr) -> std::io::Result<()> {
+async fn flush<W: ClientWriter>(socket: &mut W, out: &mut BytesMut, peer: SocketAddr) -> std::io::Result<()> {
     let result = socket.write_all_buf(out).await;
     if let Err(e) = &result {
         tracing::debug!(%peer, error = %e, "write failed; closing connection");
@@ -240,9 +301,9 @@ async fn flush(socket: &mut OwnedWriteHalf, out: &mut BytesMut, peer: SocketAddr
     result
 }
 
-async fn write_chunks(
+async fn write_chunks<W: ClientWriter>(
     shard: &Shard,
-    socket: &mut OwnedWriteHalf,
+    socket: &mut W,
     chunks: Vec<Chunk>,
     use_sendfile: bool,
     copy_buf: &mut Vec<u8>,
@@ -250,19 +311,19 @@ async fn write_chunks(
     // The header, each file range and the trailer would otherwise leave as separate segments
     // (TCP_NODELAY is on); corking sends them as full segments, halving server CPU per byte.
     let cork = chunks.len() > 1;
-    if cork {
-        let _ = socket2::SockRef::from(socket.as_ref()).set_tcp_cork(true);
+    if let Some(tcp) = socket.tcp().filter(|_| cork) {
+        let _ = socket2::SockRef::from(tcp).set_tcp_cork(true);
     }
     let result = write_each(shard, socket, chunks, use_sendfile, copy_buf).await;
-    if cork {
-        let _ = socket2::SockRef::from(socket.as_ref()).set_tcp_cork(false);
+    if let Some(tcp) = socket.tcp().filter(|_| cork) {
+        let _ = socket2::SockRef::from(tcp).set_tcp_cork(false);
     }
     result
 }
 
-async fn write_each(
+async fn write_each<W: ClientWriter>(
     shard: &Shard,
-    socket: &mut OwnedWriteHalf,
+    socket: &mut W,
     chunks: Vec<Chunk>,
     use_sendfile: bool,
     copy_buf: &mut Vec<u8>,
@@ -270,11 +331,13 @@ async fn write_each(
     for chunk in chunks {
         match chunk {
             Chunk::Bytes(bytes) => socket.write_all(&bytes).await?,
-            Chunk::File(slice) if use_sendfile => {
-                sendfile::send(socket, &slice).await?;
-                shard.metrics.sendfile_bytes(slice.len);
-            }
-            Chunk::File(slice) => sendfile::copy(socket, &slice, copy_buf).await?,
+            Chunk::File(slice) => match socket.tcp().filter(|_| use_sendfile) {
+                Some(tcp) => {
+                    sendfile::send(tcp, &slice).await?;
+                    shard.metrics.sendfile_bytes(slice.len);
+                }
+                None => sendfile::copy(socket, &slice, copy_buf).await?,
+            },
         }
     }
     Ok(())

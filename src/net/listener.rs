@@ -1,5 +1,6 @@
-//! Kafka listeners: one SO_REUSEPORT socket per shard on the same address, so the kernel spreads
-//! incoming connections across shards.
+//! Kafka listeners: one SO_REUSEPORT socket per shard on each listener's address, so the kernel
+//! spreads incoming connections across shards. A TLS listener finishes the handshake before the
+//! connection reads its first request.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
 use crate::runtime::Shard;
+use crate::security::session::ConnectionSecurity;
 
 const BACKLOG: i32 = 1024;
 
@@ -38,9 +40,15 @@ pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<(Vec<std::net::
     Ok((listeners, bound))
 }
 
-/// Accepts connections on this shard until shutdown, at most `max_connections_per_shard` at once.
-pub(crate) async fn accept_loop(shard: &Rc<Shard>, listener: TcpListener, connections: &TaskTracker) {
-    let limit = Arc::new(Semaphore::new(shard.node.config.kafka.max_connections_per_shard));
+/// Accepts connections on this shard's socket of `listener` until shutdown. `limit` holds the
+/// shard's `max_connections_per_shard`, shared by its listeners.
+pub(crate) async fn accept_loop(
+    shard: &Rc<Shard>,
+    socket: TcpListener,
+    listener: Arc<crate::security::Listener>,
+    limit: Arc<Semaphore>,
+    connections: &TaskTracker,
+) {
     let shutdown = shard.node.shutdown.clone();
     loop {
         let permit = tokio::select! {
@@ -49,7 +57,7 @@ pub(crate) async fn accept_loop(shard: &Rc<Shard>, listener: TcpListener, connec
         };
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => return,
-            accepted = listener.accept() => accepted,
+            accepted = socket.accept() => accepted,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -63,9 +71,31 @@ pub(crate) async fn accept_loop(shard: &Rc<Shard>, listener: TcpListener, connec
                         continue;
                     }
                 };
+                let _ = stream.set_nodelay(true);
                 let shard = shard.clone();
+                let listener = listener.clone();
                 connections.spawn_local(async move {
-                    super::connection::serve(shard, stream, peer).await;
+                    match &listener.tls {
+                        None => super::connection::serve_tcp(shard, stream, peer, ConnectionSecurity::new(listener.clone(), None)).await,
+                        Some(acceptor) => {
+                            let timeout = Duration::from_millis(shard.node.config.kafka.request_body_timeout_ms);
+                            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                                Ok(Ok(stream)) => {
+                                    let certificate = crate::security::tls::client_principal(stream.get_ref().1);
+                                    let security = ConnectionSecurity::new(listener.clone(), certificate);
+                                    super::connection::serve_tls(shard, stream, peer, security).await
+                                }
+                                Ok(Err(e)) => {
+                                    tracing::info!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
+                                    crate::metrics::tls_handshake_failed(&listener.name);
+                                }
+                                Err(_) => {
+                                    tracing::info!(%peer, listener = %listener.name, "TLS handshake did not finish within request_body_timeout_ms");
+                                    crate::metrics::tls_handshake_failed(&listener.name);
+                                }
+                            }
+                        }
+                    }
                     drop((slot, permit));
                 });
             }

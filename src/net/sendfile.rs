@@ -8,8 +8,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-use tokio::io::{AsyncWriteExt, Interest};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
 
 use crate::chunk::FileSlice;
 
@@ -19,8 +19,7 @@ const MAX_SENDFILE: u64 = 0x7fff_f000;
 const PREAD_CHUNK: usize = 1024 * 1024;
 
 /// Sends the whole range from the page cache straight to the socket.
-pub(crate) async fn send(socket: &OwnedWriteHalf, slice: &FileSlice) -> io::Result<()> {
-    let stream = socket.as_ref();
+pub(crate) async fn send(stream: &TcpStream, slice: &FileSlice) -> io::Result<()> {
     let mut offset = slice.position as libc::off_t;
     let end = (slice.position + slice.len) as libc::off_t;
     while offset < end {
@@ -53,7 +52,7 @@ fn sendfile(socket: i32, file: i32, offset: &mut libc::off_t, count: usize) -> i
 }
 
 /// Reads the range into memory and writes it: the path for sockets sendfile cannot serve (TLS).
-pub(crate) async fn copy(socket: &mut OwnedWriteHalf, slice: &FileSlice, buf: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) async fn copy<W: AsyncWrite + Unpin>(socket: &mut W, slice: &FileSlice, buf: &mut Vec<u8>) -> io::Result<()> {
     let mut position = slice.position;
     let end = slice.position + slice.len;
     buf.resize(PREAD_CHUNK.min(slice.len as usize), 0);

@@ -40,6 +40,8 @@ pub struct RequestContext {
     pub client_id: Option<StrBytes>,
     /// The client's address (set by the connection).
     pub peer: Option<std::net::SocketAddr>,
+    /// The connection's listener and authentication (set by the connection).
+    pub security: Option<std::rc::Rc<crate::security::session::ConnectionSecurity>>,
 }
 
 impl RequestContext {
@@ -54,7 +56,19 @@ impl RequestContext {
         let header_version = api_key.request_header_version(version);
         let header =
             RequestHeader::decode(frame, header_version).map_err(|source| RequestError::Decode { api: api_key, version, source })?;
-        Ok(RequestContext { api_key, api_version: version, correlation_id: header.correlation_id, client_id: header.client_id, peer: None })
+        Ok(RequestContext {
+            api_key,
+            api_version: version,
+            correlation_id: header.correlation_id,
+            client_id: header.client_id,
+            peer: None,
+            security: None,
+        })
+    }
+
+    /// Who the request comes from: `User:ANONYMOUS` unless the connection authenticated.
+    pub fn principal(&self) -> crate::security::Principal {
+        self.security.as_ref().map_or_else(crate::security::Principal::anonymous, |s| s.principal())
     }
 
     /// Decodes the request body.
@@ -108,6 +122,8 @@ pub enum Reply {
     Chunks(ChunkedFrame),
     /// No response, and the connection is closed once earlier responses are written.
     Close(&'static str),
+    /// A complete frame, after which the connection is closed (a failed authentication).
+    Last(Bytes),
     /// The response could not be built (a bug, logged); the connection is closed.
     Failed(String),
 }
@@ -125,7 +141,7 @@ impl Reply {
     pub fn wire_len(&self) -> u64 {
         match self {
             Reply::None | Reply::Close(_) | Reply::Failed(_) => 0,
-            Reply::Frame(b) => b.len() as u64,
+            Reply::Frame(b) | Reply::Last(b) => b.len() as u64,
             Reply::Chunks(c) => c.len,
         }
     }

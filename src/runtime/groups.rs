@@ -10,12 +10,15 @@ use tokio::sync::oneshot;
 use super::{Shard, ShardStopped};
 use crate::coordinator::admin::{DescribedGroup, ListedGroup};
 use crate::coordinator::classic::{HeartbeatRequest, LeaveResult};
-use crate::coordinator::consumer::{ConsumerHeartbeat, DescribedConsumerGroup, HeartbeatAnswer};
+use crate::coordinator::consumer::{ConsumerHeartbeat, DescribedConsumerGroup, HeartbeatAnswer, TopicView};
 use crate::coordinator::offsets::CommitRequest;
 use crate::coordinator::partition_for;
 use crate::coordinator::router::{Answer, GroupRouter, OffsetsOrError, Queued, TopicPartitionList};
 use crate::coordinator::shell::PartitionRunner;
 use crate::coordinator::state::{JoinRequest, JoinResult, Response, SyncRequest, SyncResult};
+use crate::node::Node;
+use crate::security::acl::{Authorizer, Operation, Resource};
+use crate::security::Principal;
 
 /// The coordinator partitions of this node, as one shard reaches them.
 #[derive(Debug)]
@@ -71,6 +74,43 @@ impl LocalGroups {
     }
 }
 
+/// The topics as a principal sees them when it resolves a group's regex subscriptions: a regex
+/// matches only the topics it may describe (Kafka's rule). Topics are looked up by name and id as
+/// in the catalog: those a consumer names were checked by ConsumerGroupHeartbeat's handler.
+struct Describable<'a> {
+    topics: &'a dyn TopicView,
+    /// The rules and whom they are applied to; `None` without rules.
+    viewer: Option<(&'a Authorizer, &'a Principal)>,
+}
+
+impl<'a> Describable<'a> {
+    fn new(node: &'a Node, principal: &'a Principal) -> Describable<'a> {
+        Describable { topics: &node.catalog, viewer: (!node.authorizer.is_open()).then_some((&node.authorizer, principal)) }
+    }
+}
+
+impl TopicView for Describable<'_> {
+    fn by_name(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        self.topics.by_name(name)
+    }
+
+    fn by_id(&self, id: uuid::Uuid) -> Option<(String, i32)> {
+        self.topics.by_id(id)
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut names = self.topics.names();
+        if let Some((authorizer, principal)) = self.viewer {
+            names.retain(|n| authorizer.allows(principal, Operation::Describe, Resource::Topic(n)));
+        }
+        names
+    }
+
+    fn version(&self) -> u64 {
+        self.topics.version()
+    }
+}
+
 /// The coordinator-level outcome of a routed call (spec §1.4): no partition served there is
 /// NOT_COORDINATOR; a stopped shard is COORDINATOR_NOT_AVAILABLE.
 fn resolve<T>(outcome: Result<Option<Result<T, ResponseError>>, ShardStopped>) -> Result<T, ResponseError> {
@@ -82,11 +122,11 @@ fn resolve<T>(outcome: Result<Option<Result<T, ResponseError>>, ShardStopped>) -
 }
 
 impl GroupRouter for LocalGroups {
-    fn join(&self, request: JoinRequest) -> Queued<'_, JoinResult> {
+    fn join(&self, request: JoinRequest, principal: Principal) -> Queued<'_, JoinResult> {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |owner, runner, token| runner.with_state(|s, now| s.join(now, request, token, &owner.node.catalog)),
+            move |owner, runner, token| runner.with_state(|s, now| s.join(now, request, token, &Describable::new(&owner.node, &principal))),
             |r| match r {
                 Response::Join(result) => Some(result),
                 _ => None,
@@ -159,9 +199,11 @@ impl GroupRouter for LocalGroups {
         Box::pin(self.call(group, move |_, runner| runner.state.borrow().describe_consumer_group(&group_id)))
     }
 
-    fn consumer_heartbeat(&self, request: ConsumerHeartbeat) -> Queued<'_, HeartbeatAnswer> {
+    fn consumer_heartbeat(&self, request: ConsumerHeartbeat, principal: Principal) -> Queued<'_, HeartbeatAnswer> {
         let group = request.group_id.clone();
-        Box::pin(self.call(group, move |owner, runner| runner.with_state(|s, now| s.consumer_heartbeat(now, request, &owner.node.catalog))))
+        Box::pin(self.call(group, move |owner, runner| {
+            runner.with_state(|s, now| s.consumer_heartbeat(now, request, &Describable::new(&owner.node, &principal)))
+        }))
     }
 
     fn delete_group(&self, group_id: String) -> Queued<'_, i16> {
@@ -214,4 +256,42 @@ async fn list_groups(shard: Option<Rc<Shard>>, states: Vec<String>, types: Vec<S
         }
         groups
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::acl::AuthorizationConfig;
+
+    struct Topics;
+
+    impl TopicView for Topics {
+        fn by_name(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+            (name == "orders").then_some((uuid::Uuid::from_u128(1), 3))
+        }
+        fn by_id(&self, _: uuid::Uuid) -> Option<(String, i32)> {
+            None
+        }
+        fn names(&self) -> Vec<String> {
+            vec!["payments.in".into(), "orders".into()]
+        }
+        fn version(&self) -> u64 {
+            7
+        }
+    }
+
+    #[test]
+    fn regexes_see_only_describable_topics() {
+        let config: AuthorizationConfig =
+            toml::from_str(r#"rules = [{ principal = "User:alice", resource = "topic", prefix = "payments.", operations = ["read"] }]"#)
+                .unwrap();
+        let authorizer = Authorizer::new(&config);
+        let alice = Principal::user("alice");
+        let view = Describable { topics: &Topics, viewer: Some((&authorizer, &alice)) };
+        assert_eq!(view.names(), vec!["payments.in".to_string()]);
+        // Lookups are not filtered: a named topic was checked by the request's handler.
+        assert_eq!((view.by_name("orders").map(|t| t.1), view.version()), (Some(3), 7));
+        let open = Describable { topics: &Topics, viewer: None };
+        assert_eq!(open.names().len(), 2);
+    }
 }

@@ -23,24 +23,25 @@ pub struct Shards {
     threads: Vec<JoinHandle<Result<(), String>>>,
 }
 
-/// Starts one thread per listener (the listeners were bound with SO_REUSEPORT, one per shard)
-/// and returns once every shard has opened its partitions and is accepting.
+/// Starts one thread per shard, each given its socket of every Kafka listener (bound with
+/// SO_REUSEPORT, one per shard), and returns once every shard has opened its partitions and is
+/// accepting.
 pub(crate) fn start(
     node: Arc<Node>,
     inboxes: Vec<tokio::sync::mpsc::Receiver<mesh::Job>>,
-    listeners: Vec<std::net::TcpListener>,
+    sockets: Vec<Vec<std::net::TcpListener>>,
 ) -> Result<Shards, String> {
-    let count = listeners.len();
+    let count = sockets.len();
     let cores = if node.config.runtime.pin_threads { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
     let drained = Arc::new(tokio::sync::Barrier::new(count));
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::with_capacity(count);
-    for (id, (inbox, listener)) in inboxes.into_iter().zip(listeners).enumerate() {
+    for (id, (inbox, sockets)) in inboxes.into_iter().zip(sockets).enumerate() {
         let start = shard::ShardStart {
             id,
             node: node.clone(),
             inbox,
-            listener,
+            sockets,
             core: (!cores.is_empty()).then(|| cores[id % cores.len()]),
             started: started_tx.clone(),
             drained: drained.clone(),

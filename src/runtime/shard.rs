@@ -281,7 +281,8 @@ pub(crate) struct ShardStart {
     pub(crate) id: ShardId,
     pub(crate) node: Arc<Node>,
     pub(crate) inbox: mpsc::Receiver<Job>,
-    pub(crate) listener: std::net::TcpListener,
+    /// This shard's socket of each Kafka listener, in the node's listener order.
+    pub(crate) sockets: Vec<std::net::TcpListener>,
     pub(crate) core: Option<core_affinity::CoreId>,
     /// Reports "partitions loaded, accepting" or the startup error.
     pub(crate) started: std::sync::mpsc::Sender<Result<(), String>>,
@@ -304,7 +305,7 @@ pub(crate) fn run(start: ShardStart) -> Result<(), String> {
 }
 
 async fn serve(start: ShardStart) -> Result<(), String> {
-    let ShardStart { id, node, inbox, listener, started, drained, .. } = start;
+    let ShardStart { id, node, inbox, sockets, started, drained, .. } = start;
     let shard = Shard::new(id, node.clone());
     let opened = match shard.open_partitions() {
         Ok(()) => shard.start_coordinators().await,
@@ -331,8 +332,8 @@ async fn serve(start: ShardStart) -> Result<(), String> {
     if node.config.storage.flush_ms > 0 {
         tokio::task::spawn_local(super::background::periodic_flush(shard.clone()));
     }
-    let listener = match tokio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
+    let sockets = match sockets.into_iter().map(tokio::net::TcpListener::from_std).collect::<Result<Vec<_>, _>>() {
+        Ok(sockets) => sockets,
         Err(e) => {
             let e = format!("shard {id}: cannot register listener: {e}");
             let _ = started.send(Err(e.clone()));
@@ -343,7 +344,12 @@ async fn serve(start: ShardStart) -> Result<(), String> {
     let _ = started.send(Ok(()));
 
     let connections = TaskTracker::new();
-    crate::net::listener::accept_loop(&shard, listener, &connections).await;
+    let limit = Arc::new(tokio::sync::Semaphore::new(node.config.kafka.max_connections_per_shard));
+    let accepting = sockets
+        .into_iter()
+        .zip(&node.listeners)
+        .map(|(socket, listener)| crate::net::listener::accept_loop(&shard, socket, listener.clone(), limit.clone(), &connections));
+    futures_util::future::join_all(accepting).await;
 
     // Shutdown: hand the leadership of this shard's Raft groups to other nodes (clients then find
     // the new coordinators at once), while the requests already read finish within the grace

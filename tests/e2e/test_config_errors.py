@@ -134,3 +134,41 @@ def test_second_server_on_the_same_data_dir_is_refused(corral, corral_bin):
     assert res.returncode != 0
     assert "in use" in res.stderr, res.stderr
     assert corral.alive() and corral.http_get("/health/ready")[0] == 200
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('[kafka]\nprotocol = "SSL"\n', "tls.cert_file"),
+        ('[kafka]\nprotocol = "SASL_SSL"\n[tls]\ncert_file = "c"\nkey_file = "k"\n', "sasl.credentials_file"),
+        ('[kafka]\nprotocol = "SSL"\n[tls]\ncert_file = "/nonexistent/c.pem"\nkey_file = "k"\n', "tls.cert_file"),
+        ('[kafka]\nprotocol = "SASL_PLAINTEXT"\n[sasl]\ncredentials_file = "/nonexistent/users.toml"\n', "sasl.credentials_file"),
+        ('[kafka]\nprotocol = "SASL_PLAINTEXT"\n[sasl]\nmechanisms = ["GSSAPI"]\n', "sasl.mechanisms"),
+        ('[kafka]\nclient_auth = "required"\n', "kafka.client_auth"),
+        ('[kafka]\nprotocol = "TLS"\n', "protocol"),
+        ('[kafka]\nlisteners = [{ protocol = "PLAINTEXT", listen = "127.0.0.1:9192" }]\n', "kafka.listeners"),
+        (
+            '[kafka]\nlisteners = [{ name = "X", protocol = "SSL", listen = "127.0.0.1:9192", client_auth = "required" }]\n'
+            '[tls]\ncert_file = "c"\nkey_file = "k"\n',
+            "tls.ca_file",
+        ),
+    ],
+    ids=["tls-no-cert", "sasl-no-credentials", "cert-missing", "credentials-missing", "mechanism", "client-auth-plaintext",
+         "protocol-name", "listener-name-twice", "client-auth-no-ca"],
+)
+def test_check_config_names_the_security_key(corral_bin, tmp_path, text, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    res = run(corral_bin, "check-config", str(cfg))
+    assert res.returncode == EXIT_CONFIG, f"exit {res.returncode}: {res.stdout}{res.stderr}"
+    assert key in res.stderr, f"the message does not name {key!r}: {res.stderr}"
+
+
+def test_check_config_reads_the_credentials_file(corral_bin, tmp_path):
+    users = tmp_path / "users.toml"
+    users.write_text('[users.alice]\n"SCRAM-SHA-256" = "salt=AA==,iterations=4096"\n')
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[kafka]\nprotocol = "SASL_PLAINTEXT"\n[sasl]\ncredentials_file = "{users}"\n')
+    res = run(corral_bin, "check-config", str(cfg))
+    assert res.returncode == EXIT_CONFIG
+    assert "sasl.credentials_file" in res.stderr and "users.alice.SCRAM-SHA-256" in res.stderr, res.stderr

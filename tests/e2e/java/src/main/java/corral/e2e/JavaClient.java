@@ -2,7 +2,10 @@ package corral.e2e;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.io.Reader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -13,6 +16,8 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
 import java.util.TreeMap;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -43,15 +48,22 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
- * The Java client (kafka-clients 4.4) driven by tests/e2e/test_java_client.py, one JVM per test
- * step. Every subcommand prints its outcome as JSON on stdout (one object, or one object per line
- * for {@code member}); the test asserts on it. Client warnings go to stderr.
+ * The Java client (kafka-clients 4.4) driven by tests/e2e/test_java_client.py (and, over TLS and
+ * SASL, tests/e2e/test_security_clients.py), one JVM per test step. Every subcommand prints its
+ * outcome as JSON on stdout (one object, or one object per line for {@code member}); the test
+ * asserts on it. Client warnings go to stderr.
  *
  * <ul>
  *   <li>{@code roundtrip --bootstrap B --topic T --partitions P --count N --group G --protocol classic|consumer}:
  *       creates T, produces N records (acks=all, idempotence on), consumes them in group G with
  *       the given group.protocol, commits, closes, and reads the committed offsets back with
- *       Admin.listConsumerGroupOffsets together with the end offsets.
+ *       Admin.listConsumerGroupOffsets together with the end offsets. With
+ *       {@code --client-config FILE} (a java.util.Properties file: security.protocol, ssl.*,
+ *       sasl.*, ...) its entries are added to the Admin, producer and consumer configs. If the
+ *       roundtrip fails with an exception it prints {@code {"error": CLASS, "message": MESSAGE,
+ *       "causes": [...]}} instead (CLASS and MESSAGE those of the first exception that is not
+ *       a mere wrapper such as ExecutionException, the simple class name; causes the chain
+ *       below it, each {"error", "message"}) and exits 1.
  *   <li>{@code member --bootstrap B --topic T --group G --client-id C [--instance-id I] [--max-records M]}:
  *       a classic-protocol member (static with an instance id) that consumes and commits up to M
  *       records, then pauses its partitions and stays in the group until stdin closes. Prints
@@ -72,7 +84,14 @@ public final class JavaClient {
         Object out;
         switch (args[0]) {
             case "roundtrip":
-                out = roundtrip(opts);
+                try {
+                    out = roundtrip(opts);
+                } catch (Exception e) {
+                    System.out.println(Json.write(failure(e)));
+                    System.out.flush();
+                    System.exit(1);
+                    return;
+                }
                 break;
             case "member":
                 member(opts);
@@ -115,11 +134,49 @@ public final class JavaClient {
     }
 
     private static Admin admin(String bootstrap) {
+        return admin(bootstrap, new Properties());
+    }
+
+    private static Admin admin(String bootstrap, Properties extra) {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "e2e-java-admin");
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        p.putAll(extra);
         return Admin.create(p);
+    }
+
+    /** The entries of --client-config FILE (none without it). */
+    private static Properties clientConfig(Map<String, String> opts) throws Exception {
+        Properties p = new Properties();
+        String file = opts.get("client-config");
+        if (file != null) {
+            try (Reader r = Files.newBufferedReader(Path.of(file), StandardCharsets.UTF_8)) {
+                p.load(r);
+            }
+        }
+        return p;
+    }
+
+    /** What failed: the first exception below the wrappers (ExecutionException and the like),
+     * and the chain of its causes. */
+    private static Map<String, Object> failure(Throwable e) {
+        Throwable t = e;
+        while ((t instanceof ExecutionException || t instanceof CompletionException) && t.getCause() != null) {
+            t = t.getCause();
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("error", t.getClass().getSimpleName());
+        out.put("message", t.getMessage());
+        List<Object> causes = new ArrayList<>();
+        for (Throwable c = t.getCause(); c != null && causes.size() < 16; c = c.getCause()) {
+            Map<String, Object> co = new LinkedHashMap<>();
+            co.put("error", c.getClass().getSimpleName());
+            co.put("message", c.getMessage());
+            causes.add(co);
+        }
+        out.put("causes", causes);
+        return out;
     }
 
     // --- roundtrip ------------------------------------------------------------------------------
@@ -131,9 +188,10 @@ public final class JavaClient {
         String protocol = need(opts, "protocol");
         int partitions = Integer.parseInt(need(opts, "partitions"));
         int count = Integer.parseInt(need(opts, "count"));
+        Properties extra = clientConfig(opts);
         Map<String, Object> out = new LinkedHashMap<>();
 
-        try (Admin admin = admin(bootstrap)) {
+        try (Admin admin = admin(bootstrap, extra)) {
             admin.createTopics(List.of(new NewTopic(topic, Optional.of(partitions), Optional.empty()))).all().get(60, TimeUnit.SECONDS);
         }
 
@@ -147,6 +205,7 @@ public final class JavaClient {
         pp.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        pp.putAll(extra);
         Map<Integer, List<Long>> acked = new TreeMap<>();
         List<String> produceErrors = new ArrayList<>();
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
@@ -198,6 +257,7 @@ public final class JavaClient {
             cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
             cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         }
+        cp.putAll(extra);
         Map<String, Integer> seen = new HashMap<>();
         Map<Integer, Long> lastOffset = new TreeMap<>();
         int records = 0;
@@ -242,7 +302,7 @@ public final class JavaClient {
         out.put("consumed", consumed);
 
         // What an operator's tools read back.
-        try (Admin admin = admin(bootstrap)) {
+        try (Admin admin = admin(bootstrap, extra)) {
             Map<TopicPartition, OffsetAndMetadata> committed =
                 admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(60, TimeUnit.SECONDS);
             Map<String, Object> committedOut = new TreeMap<>();

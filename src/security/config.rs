@@ -1,0 +1,183 @@
+//! The security parts of the config tree: listeners' protocols, `[tls]` and `[sasl]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::config::{invalid, parse_host_port, Config, ConfigError};
+
+/// How a listener's clients connect, as Kafka names it (`security.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum SecurityProtocol {
+    #[serde(rename = "PLAINTEXT")]
+    Plaintext,
+    #[serde(rename = "SSL")]
+    Ssl,
+    #[serde(rename = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    #[serde(rename = "SASL_SSL")]
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+    }
+}
+
+/// Whether a TLS listener asks for client certificates (Kafka's `ssl.client.auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    #[default]
+    None,
+    /// Asked for; a client without one is still served.
+    Requested,
+    /// A client without a certificate signed by `tls.ca_file` is refused.
+    Required,
+}
+
+/// One `kafka.listeners` entry: a listener besides `kafka.listen`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// The listener's name, unique on the node; defaults to its protocol's name.
+    #[serde(default)]
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub listen: SocketAddr,
+    /// `host:port` clients of this listener are told to connect to; empty = `listen`.
+    #[serde(default)]
+    pub advertised: String,
+    /// TLS listeners only.
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+}
+
+/// `[tls]`: the certificate every TLS listener presents, and the CA client certificates are
+/// checked against.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM: the certificate chain, the node's own first.
+    pub cert_file: Option<PathBuf>,
+    /// PEM: the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// PEM: the CAs a client certificate must chain to (listeners with `client_auth`).
+    pub ca_file: Option<PathBuf>,
+}
+
+/// SASL mechanisms corral serves.
+pub const SASL_MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+/// `[sasl]`: authentication on SASL_PLAINTEXT and SASL_SSL listeners.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SaslConfig {
+    /// Offered in SaslHandshake, in this order (Kafka's `sasl.enabled.mechanisms`).
+    pub mechanisms: Vec<String>,
+    /// The users and their SCRAM credentials (`corral sasl-credential` makes the entries).
+    /// Read again when it changes.
+    pub credentials_file: Option<PathBuf>,
+    /// A client must authenticate again within this, or its connection is closed (KIP-368,
+    /// Kafka's `connections.max.reauth.ms`); 0: never.
+    pub connections_max_reauth_ms: u64,
+    /// A failed authentication is answered after this, then the connection is closed (Kafka's
+    /// `connection.failed.authentication.delay.ms`): slows down password guessing.
+    pub failed_authentication_delay_ms: u64,
+}
+
+impl Default for SaslConfig {
+    fn default() -> Self {
+        SaslConfig {
+            mechanisms: SASL_MECHANISMS.iter().map(|m| m.to_string()).collect(),
+            credentials_file: None,
+            connections_max_reauth_ms: 0,
+            failed_authentication_delay_ms: 100,
+        }
+    }
+}
+
+/// Validates the listeners (`kafka.listen` and `kafka.listeners`), `[tls]`, `[sasl]` and each
+/// node's listener addresses.
+pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
+    let listeners = config.listeners();
+    let mut names = std::collections::BTreeSet::new();
+    for (i, l) in listeners.iter().enumerate() {
+        if !names.insert(l.name.as_str()) {
+            return Err(invalid("kafka.listeners", format!("listener name {} is used twice", l.name)));
+        }
+        if l.name.is_empty() || !l.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(invalid("kafka.listeners", format!("listener name {:?}: letters, digits, _ and - only", l.name)));
+        }
+        if listeners[..i].iter().any(|o| o.listen == l.listen && l.listen.port() != 0) {
+            return Err(invalid("kafka.listeners", format!("{} is bound by two listeners", l.listen)));
+        }
+        if l.listen == config.admin.listen && l.listen.port() != 0 {
+            return Err(invalid("admin.listen", format!("must differ from listener {}", l.name)));
+        }
+        let key = if i == 0 { "kafka.client_auth" } else { "kafka.listeners" };
+        if !l.advertised.is_empty() {
+            parse_host_port(&l.advertised).map_err(|reason| invalid("kafka.listeners", format!("{}: advertised: {reason}", l.name)))?;
+        }
+        if l.client_auth != ClientAuth::None && !l.protocol.uses_tls() {
+            return Err(invalid(key, format!("{}: client_auth needs an SSL or SASL_SSL listener", l.name)));
+        }
+        if l.client_auth != ClientAuth::None && config.tls.ca_file.is_none() {
+            return Err(invalid("tls.ca_file", format!("listener {} checks client certificates: name the CA that signs them", l.name)));
+        }
+    }
+    let tls = listeners.iter().any(|l| l.protocol.uses_tls());
+    if tls {
+        if config.tls.cert_file.is_none() {
+            return Err(invalid("tls.cert_file", "a TLS listener (SSL, SASL_SSL) needs a certificate"));
+        }
+        if config.tls.key_file.is_none() {
+            return Err(invalid("tls.key_file", "a TLS listener (SSL, SASL_SSL) needs a private key"));
+        }
+    }
+    let s = &config.sasl;
+    for m in &s.mechanisms {
+        if !SASL_MECHANISMS.contains(&m.as_str()) {
+            return Err(invalid("sasl.mechanisms", format!("{m} is not served; choose from {}", SASL_MECHANISMS.join(", "))));
+        }
+    }
+    if listeners.iter().any(|l| l.protocol.uses_sasl()) {
+        if s.mechanisms.is_empty() {
+            return Err(invalid("sasl.mechanisms", "a SASL listener needs at least one mechanism"));
+        }
+        if s.credentials_file.is_none() {
+            return Err(invalid("sasl.credentials_file", "a SASL listener needs the users' credentials"));
+        }
+    }
+    if s.failed_authentication_delay_ms > 60_000 {
+        return Err(invalid("sasl.failed_authentication_delay_ms", "must be at most 60000"));
+    }
+    if config.cluster.is_multi_node() {
+        for node in &config.cluster.nodes {
+            for l in &listeners[1..] {
+                let address = node
+                    .listeners
+                    .get(&l.name)
+                    .ok_or_else(|| invalid("cluster.nodes", format!("node {}: listeners: no address for listener {}", node.id, l.name)))?;
+                parse_host_port(address)
+                    .map_err(|reason| invalid("cluster.nodes", format!("node {}: listeners.{}: {reason}", node.id, l.name)))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Who a client is: the security protocol of the listener it reached, TLS, SASL, and the
+//! principal a connection acts as.
+//!
+//! A TLS listener wraps each accepted socket in rustls before the connection reads a frame. A
+//! SASL listener then answers only ApiVersions, SaslHandshake and SaslAuthenticate until the
+//! client authenticated ([`session::ConnectionSecurity`]); the two SASL APIs are handlers like
+//! any other (`api/sasl_handshake.rs`, `api/sasl_authenticate.rs`).
+
+pub mod acl;
+pub mod config;
+pub mod credentials;
+pub mod quota;
+pub mod sasl;
+pub mod session;
+pub(crate) mod tls;
+mod watched;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::SecurityProtocol;
+
+/// Who a connection acts as, as Kafka writes it: `User:alice`, `User:ANONYMOUS`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal {
+    pub name: String,
+}
+
+impl Principal {
+    /// What a client is before, or without, authenticating.
+    pub fn anonymous() -> Principal {
+        Principal { name: "ANONYMOUS".to_string() }
+    }
+
+    pub fn user(name: impl Into<String>) -> Principal {
+        Principal { name: name.into() }
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "User:{}", self.name)
+    }
+}
+
+/// A Kafka listener as the node runs it.
+pub struct Listener {
+    /// Its place in [`crate::config::Config::listeners`]; Metadata answers with the brokers'
+    /// addresses on the same listener.
+    pub index: usize,
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub bound: SocketAddr,
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener").field("name", &self.name).field("protocol", &self.protocol).field("bound", &self.bound).finish()
+    }
+}
+
+/// The node's listeners once bound, and the SASL server if one of them needs it.
+pub(crate) struct NodeSecurity {
+    pub(crate) listeners: Vec<Arc<Listener>>,
+    pub(crate) sasl: Option<Arc<sasl::SaslServer>>,
+}
+
+/// Reads the certificate, key and credential files the listeners need, as a start would: what
+/// `corral check-config` runs after validating the config.
+pub fn check_files(config: &crate::config::Config) -> Result<(), crate::config::ConfigError> {
+    let unbound: Vec<SocketAddr> = config.listeners().iter().map(|l| l.listen).collect();
+    listeners(config, &unbound).map(drop)
+}
+
+/// Loads what the listeners' security needs (certificates, credentials): a failure names the key.
+pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) -> Result<NodeSecurity, crate::config::ConfigError> {
+    let configs = config.listeners();
+    let certificate = match configs.iter().any(|l| l.protocol.uses_tls()) {
+        true => Some(tls::CertificateFiles::load(&config.tls)?),
+        false => None,
+    };
+    let sasl = match configs.iter().any(|l| l.protocol.uses_sasl()) {
+        true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),
+        false => None,
+    };
+    let mut listeners = Vec::with_capacity(configs.len());
+    for (index, (l, &bound)) in configs.iter().zip(bound).enumerate() {
+        let tls = match &certificate {
+            Some(certificate) if l.protocol.uses_tls() => {
+                Some(tokio_rustls::TlsAcceptor::from(tls::server_config(certificate, &config.tls, l.client_auth)?))
+            }
+            _ => None,
+        };
+        listeners.push(Arc::new(Listener { index, name: l.name.clone(), protocol: l.protocol, bound, tls }));
+    }
+    Ok(NodeSecurity { listeners, sasl })
+}

@@ -1,0 +1,189 @@
+"""Authorization rules ([authorization]) with confluent-kafka and kafka-python.
+
+Users authenticate with SCRAM on a SASL_PLAINTEXT listener: `alice` may read and write the
+`payments.` topics and use the `payments-` groups, `ops` may describe every group (so it may
+read `__consumer_offsets`, as Burrow does), `admin` is a super user, and `bob` has no rule. The
+PLAINTEXT listener's clients are `User:ANONYMOUS`, which no rule names. Each denied request gets
+Kafka's error, and the listing APIs show only what the principal may describe.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+
+from security import SaslNode
+
+USERS = {"alice": "alice-secret", "bob": "bob-secret", "ops": "ops-secret", "admin": "admin-secret"}
+RULES = """
+[authorization]
+super_users = ["User:admin"]
+rules = [
+  { principal = "User:alice", resource = "topic", prefix = "payments.", operations = ["read", "write"] },
+  { principal = "User:alice", resource = "group", prefix = "payments-", operations = ["read"] },
+  { principal = "User:ops", resource = "group", operations = ["describe"] },
+  { principal = "User:ops", resource = "topic", operations = ["describe"] },
+]
+"""
+
+
+@pytest.fixture
+def node(corral_factory, corral_bin, tmp_path):
+    return SaslNode(corral_factory, corral_bin, tmp_path, USERS, "[groups]\ninitial_rebalance_delay_ms = 100\n" + RULES)
+
+
+def as_user(node, user: str) -> dict:
+    return node.as_user(user)
+
+
+def create_topics(node, *names: str) -> None:
+    admin = AdminClient(as_user(node, "admin"))
+    for future in admin.create_topics([NewTopic(n, 2, 1) for n in names], request_timeout=15).values():
+        future.result(timeout=20)
+
+
+def produce(config: dict, topic: str, count: int = 10) -> list[KafkaError | None]:
+    outcomes: list[KafkaError | None] = []
+    producer = Producer({**config, "message.timeout.ms": 10000})
+    for i in range(count):
+        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda err, _msg: outcomes.append(err))
+    producer.flush(20)
+    return outcomes
+
+
+def consume_error(config: dict, topic: str, group: str, seconds: float = 15.0) -> KafkaError | None:
+    """The first error a group consumer gets, or None once it received a record."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            return message.error()
+        raise AssertionError("neither a record nor an error")
+    finally:
+        consumer.close()
+
+
+def test_rules_allow_and_deny_with_kafka_errors(node):
+    topic, other = f"payments.{uuid.uuid4().hex[:6]}", f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic, other)
+    alice, bob = as_user(node, "alice"), as_user(node, "bob")
+
+    assert produce(alice, topic) == [None] * 10
+    assert consume_error(alice, topic, "payments-1") is None
+
+    denied = produce(bob, topic, 1)
+    assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], denied
+    assert denied[0].str() == "Broker: Topic authorization failed"
+    denied = produce(alice, other, 1)
+    assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], denied
+
+    error = consume_error(alice, topic, "orders-group")
+    assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
+    error = consume_error(bob, topic, "payments-1")
+    assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
+
+    # Committing to a group alice may use, for a topic she may not read.
+    consumer = Consumer({**alice, "group.id": "payments-2"})
+    with pytest.raises(KafkaException) as refused:
+        consumer.commit(offsets=[TopicPartition(other, 0, 1)], asynchronous=False)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused.value
+    consumer.close()
+
+
+def test_listings_show_only_what_may_be_described(node):
+    topic, other = f"payments.{uuid.uuid4().hex[:6]}", f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic, other)
+    assert produce(as_user(node, "alice"), topic, 1) == [None]
+    assert consume_error(as_user(node, "alice"), topic, "payments-list") is None
+    admin_view = AdminClient(as_user(node, "admin"))
+    # A group alice may not see, made by the super user.
+    consumer = Consumer({**as_user(node, "admin"), "group.id": "orders-list"})
+    consumer.commit(offsets=[TopicPartition(other, 0, 0)], asynchronous=False)
+    consumer.close()
+
+    alice = AdminClient(as_user(node, "alice"))
+    assert set(alice.list_topics(timeout=15).topics) == {topic}
+    metadata = alice.list_topics(topic=other, timeout=15)
+    assert metadata.topics[other].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert set(admin_view.list_topics(timeout=15).topics) >= {topic, other, "__consumer_offsets"}
+
+    groups = {g.group_id for g in alice.list_consumer_groups().result(timeout=15).valid}
+    assert "orders-list" not in groups and "payments-list" in groups, groups
+    described = alice.describe_consumer_groups(["payments-list", "orders-list"], include_authorized_operations=True)
+    ops = described["payments-list"].result(timeout=15).authorized_operations
+    assert set(ops) == {AclOperation.READ, AclOperation.DESCRIBE}, ops
+    with pytest.raises(KafkaException) as refused:
+        described["orders-list"].result(timeout=15)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+    # CREATE is nobody's but the super user's.
+    created = alice.create_topics([NewTopic(f"payments.new-{uuid.uuid4().hex[:4]}", 1, 1)], request_timeout=15)
+    with pytest.raises(KafkaException) as refused:
+        next(iter(created.values())).result(timeout=20)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_consumer_offsets_needs_every_group(node):
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    assert produce(as_user(node, "alice"), topic, 1) == [None]
+    assert consume_error(as_user(node, "alice"), topic, "payments-burrow") is None
+    # ops describes every group: it reads the group records, as Burrow does.
+    ops = Consumer({**as_user(node, "ops"), "group.id": "unused", "enable.auto.commit": False})
+    ops.assign([TopicPartition("__consumer_offsets", p, 0) for p in range(50)])
+    records = 0
+    deadline = time.monotonic() + 15
+    while records == 0 and time.monotonic() < deadline:
+        message = ops.poll(0.5)
+        if message is not None and message.error() is None:
+            records += 1
+    ops.close()
+    assert records > 0
+    # alice describes some groups only: no member list of other groups for her.
+    alice = AdminClient(as_user(node, "alice"))
+    metadata = alice.list_topics(topic="__consumer_offsets", timeout=15)
+    assert metadata.topics["__consumer_offsets"].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_anonymous_clients_see_nothing(node):
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    anonymous = AdminClient({"bootstrap.servers": node.server.bootstrap})
+    assert anonymous.list_topics(timeout=15).topics == {}
+    denied = produce({"bootstrap.servers": node.server.bootstrap}, topic, 1)
+    assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], denied
+
+
+def test_kafka_python_reports_the_denials(node):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+
+    def options(user):
+        return dict(
+            bootstrap_servers=node.sasl_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username=user,
+            sasl_plain_password=USERS[user],
+        )
+
+    producer = KafkaProducer(**options("bob"), max_block_ms=10000)
+    with pytest.raises(TopicAuthorizationFailedError):
+        producer.send(topic, b"x").get(timeout=15)
+    producer.close()
+    consumer = KafkaConsumer(topic, **options("bob"), group_id="payments-kp", consumer_timeout_ms=10000)
+    with pytest.raises(GroupAuthorizationFailedError):
+        consumer.poll(timeout_ms=10000)
+        consumer.poll(timeout_ms=10000)
+    consumer.close()
