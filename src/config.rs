@@ -130,6 +130,11 @@ pub struct AdminConfig {
     pub metrics_max_groups: usize,
     /// The window of the rebalance-storm signal (`corral_group_rebalances_recent`).
     pub rebalance_storm_window_minutes: u64,
+    /// HTTPS with `[tls]`'s certificate. Nodes asking each other's admin listeners (the groups
+    /// API) then check the certificate against `tls.ca_file` and present their own.
+    pub tls: bool,
+    /// Whether HTTPS clients must present a certificate signed by `tls.ca_file`.
+    pub client_auth: crate::security::config::ClientAuth,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -216,10 +221,15 @@ pub struct ClusterConfig {
     pub nodes: Vec<ClusterNode>,
     /// The secret every node proves it knows before the Raft port reads anything from it (a
     /// challenge: it never crosses the wire). Required when `nodes` lists other nodes, from
-    /// here or from `secret_file`.
+    /// here or from `secret_file`, unless `tls` is on.
     pub secret: Option<String>,
     /// A file holding the secret (a mounted Kubernetes Secret); whitespace around it is ignored.
     pub secret_file: Option<PathBuf>,
+    /// Mutual TLS on the Raft port: each node presents `[tls]`'s certificate and accepts only
+    /// peers whose certificate chains to `tls.ca_file` (a dialer also checks that the
+    /// certificate names the host of the peer's `raft` address). With a secret as well, its
+    /// handshake runs inside TLS.
+    pub tls: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -241,7 +251,13 @@ pub struct ClusterNode {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { raft_listen: SocketAddr::from(([127, 0, 0, 1], 9094)), nodes: Vec::new(), secret: None, secret_file: None }
+        ClusterConfig {
+            raft_listen: SocketAddr::from(([127, 0, 0, 1], 9094)),
+            nodes: Vec::new(),
+            secret: None,
+            secret_file: None,
+            tls: false,
+        }
     }
 }
 
@@ -251,12 +267,17 @@ impl ClusterConfig {
         self.nodes.len() > 1
     }
 
-    /// The cluster secret, from `secret` or `secret_file` (exactly one of them).
-    pub fn secret(&self) -> Result<Vec<u8>, ConfigError> {
+    /// The cluster secret, from `secret` or `secret_file` (at most one of them); none only with
+    /// mutual TLS.
+    pub fn secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
         let secret = match (&self.secret, &self.secret_file) {
             (Some(_), Some(_)) => return Err(invalid("cluster.secret", "set either secret or secret_file, not both")),
+            (None, None) if self.tls => return Ok(None),
             (None, None) => {
-                return Err(invalid("cluster.secret", "a cluster of several nodes needs a shared secret (secret or secret_file)"))
+                return Err(invalid(
+                    "cluster.secret",
+                    "a cluster of several nodes needs a shared secret (secret or secret_file) or mutual TLS (cluster.tls)",
+                ))
             }
             (Some(secret), None) => secret.trim().as_bytes().to_vec(),
             (None, Some(path)) => std::fs::read_to_string(path)
@@ -269,7 +290,7 @@ impl ClusterConfig {
             let key = if self.secret.is_some() { "cluster.secret" } else { "cluster.secret_file" };
             return Err(invalid(key, format!("the secret must have at least {MIN_SECRET_BYTES} bytes, got {}", secret.len())));
         }
-        Ok(secret)
+        Ok(Some(secret))
     }
 }
 
@@ -352,6 +373,8 @@ impl Default for AdminConfig {
             metrics: true,
             metrics_max_groups: 1_000,
             rebalance_storm_window_minutes: 10,
+            tls: false,
+            client_auth: Default::default(),
         }
     }
 }

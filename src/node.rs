@@ -46,6 +46,8 @@ pub struct Node {
     pub listeners: Vec<Arc<crate::security::Listener>>,
     /// SASL credentials and mechanisms, when a listener uses SASL.
     pub sasl: Option<Arc<crate::security::sasl::SaslServer>>,
+    /// HTTPS on the admin listener and toward the other nodes' (`admin.tls`).
+    pub admin_tls: Option<crate::security::tls::NodeTls>,
     /// Who may do what (`[authorization]`).
     pub authorizer: crate::security::acl::Authorizer,
     /// Clients' usage against their quotas (`[quotas]`).

@@ -111,7 +111,7 @@ impl Server {
             bound.push(addr);
         }
         let kafka_addr = bound[0];
-        let crate::security::NodeSecurity { listeners, sasl } = crate::security::listeners(&config, &bound)?;
+        let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls } = crate::security::listeners(&config, &bound)?;
         let authorizer = crate::security::acl::Authorizer::new(&config.authorization);
         let quotas = crate::security::quota::Quotas::new(&config.quotas);
         let admin_listener = std::net::TcpListener::bind(config.admin.listen).map_err(|source| StartError::Bind {
@@ -154,7 +154,7 @@ impl Server {
             let others = config.cluster.nodes.iter().filter(|n| n.id != config.node.id).map(|n| (n.id as u64, n.raft.clone()));
             let secret = config.cluster.secret().map_err(StartError::Config)?;
             let nodes = config.cluster.nodes.iter().map(|n| n.id as u64);
-            let auth = crate::raft::peer_auth::PeerAuth::new(config.node.id as u64, &secret, nodes);
+            let auth = crate::raft::peer_auth::PeerAuth::new(config.node.id as u64, secret.as_deref(), raft_tls, nodes);
             let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect(), auth);
             (peers, Some(tasks))
         } else {
@@ -185,6 +185,7 @@ impl Server {
             listener_brokers,
             listeners,
             sasl,
+            admin_tls,
             authorizer,
             quotas,
             peers: Arc::new(peers),

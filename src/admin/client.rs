@@ -5,25 +5,45 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 
 /// The largest body read back (a group's details with every offset of a large group fit).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// `GET http://{addr}{path}`: the status and the body, or why there is none.
-pub(crate) async fn get(addr: &str, path: &str, timeout: Duration) -> Result<(StatusCode, Bytes), String> {
-    tokio::time::timeout(timeout, exchange(addr, path)).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+/// `GET http://{addr}{path}`, or `https://` with `tls`: the status and the body, or why there is
+/// none.
+pub(crate) async fn get(addr: &str, path: &str, tls: Option<&TlsConnector>, timeout: Duration) -> Result<(StatusCode, Bytes), String> {
+    tokio::time::timeout(timeout, exchange(addr, path, tls)).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
 }
 
-async fn exchange(addr: &str, path: &str) -> Result<(StatusCode, Bytes), String> {
+async fn exchange(addr: &str, path: &str, tls: Option<&TlsConnector>) -> Result<(StatusCode, Bytes), String> {
     let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("{addr}: {e}"))?;
-    tokio::spawn(connection);
+    let mut sender = match tls {
+        None => handshake(stream, addr).await?,
+        Some(tls) => {
+            let (host, _) = crate::config::parse_host_port(addr)?;
+            let name = ServerName::try_from(host).map_err(|e| format!("{addr}: {e}"))?;
+            let stream = tls.connect(name, stream).await.map_err(|e| format!("{addr}: TLS: {e}"))?;
+            handshake(stream, addr).await?
+        }
+    };
     let request =
         Request::get(path).header(hyper::header::HOST, addr).body(Empty::<Bytes>::new()).map_err(|e| format!("bad request {path}: {e}"))?;
     let response = sender.send_request(request).await.map_err(|e| format!("{addr}: {e}"))?;
     let status = response.status();
     let body = Limited::new(response.into_body(), MAX_BODY_BYTES).collect().await.map_err(|e| format!("{addr}: {e}"))?.to_bytes();
     Ok((status, body))
+}
+
+async fn handshake<S>(stream: S, addr: &str) -> Result<SendRequest<Empty<Bytes>>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| format!("{addr}: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
 }

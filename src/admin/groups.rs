@@ -80,7 +80,7 @@ pub(super) async fn list(node: Arc<Node>, scope: Scope) -> (StatusCode, Value) {
                 missing.push(json!({ "node": peer.id, "reason": "no admin address in cluster.nodes" }));
                 continue;
             };
-            match ask(admin, "/v1/groups?scope=local").await {
+            match ask(&node, admin, "/v1/groups?scope=local").await {
                 Ok((StatusCode::OK, body)) => groups.extend(body["groups"].as_array().cloned().unwrap_or_default()),
                 Ok((status, body)) => missing.push(json!({ "node": peer.id, "reason": format!("{status}: {}", body["error"]) })),
                 Err(reason) => missing.push(json!({ "node": peer.id, "reason": reason })),
@@ -124,7 +124,7 @@ pub(super) async fn describe(node: Arc<Node>, group: String, scope: Scope) -> (S
             match (scope, peer.and_then(|p| p.admin.as_deref())) {
                 (Scope::Cluster, Some(admin)) => {
                     let path = format!("/v1/groups/{}?scope=local", percent_encoding::utf8_percent_encode(&group, SEGMENT));
-                    match ask(admin, &path).await {
+                    match ask(&node, admin, &path).await {
                         Ok((status, body)) => (status, body),
                         Err(reason) => (StatusCode::BAD_GATEWAY, json!({ "error": reason, "coordinator_node": leader })),
                     }
@@ -157,8 +157,9 @@ fn find(shard: &Shard, partition: i32, group: &str) -> Found {
 const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 /// Asks another node's admin listener; its JSON answer.
-async fn ask(admin: &str, path: &str) -> Result<(StatusCode, Value), String> {
-    let (status, body) = super::client::get(admin, path, PEER_TIMEOUT).await?;
+async fn ask(node: &Node, admin: &str, path: &str) -> Result<(StatusCode, Value), String> {
+    let tls = node.admin_tls.as_ref().and_then(|t| t.connector.as_ref());
+    let (status, body) = super::client::get(admin, path, tls, PEER_TIMEOUT).await?;
     let body = serde_json::from_slice(&body).map_err(|e| format!("{admin} answered {status} with no JSON: {e}"))?;
     Ok((status, body))
 }

@@ -1,4 +1,4 @@
-//! The admin HTTP listener: health probes, Prometheus metrics, the groups API and a page to look
+//! The admin HTTP listener (HTTPS with `admin.tls`): health probes, Prometheus metrics, the groups API and a page to look
 //! at, on a thread of its own so a scrape never competes with Kafka clients for a shard.
 //!
 //! - `GET /health/live`: 200 while the process runs.
@@ -31,6 +31,9 @@ use crate::node::Node;
 
 /// The groups page: plain HTML and a little JavaScript, no build step.
 const PAGE: &str = include_str!("page.html");
+
+/// How long a client of the HTTPS admin listener may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often histogram buckets are drained when nobody scrapes, to bound their memory.
 const UPKEEP: Duration = Duration::from_secs(5);
@@ -67,12 +70,21 @@ async fn serve(node: Arc<Node>, listener: std::net::TcpListener, metrics: Option
             _ = node.shutdown.cancelled() => return,
             _ = upkeep.tick() => if let Some(m) = &metrics { m.run_upkeep() },
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, peer)) = accepted else { continue };
                 let node = node.clone();
                 let metrics = metrics.clone();
                 tokio::spawn(async move {
+                    let tls = node.admin_tls.as_ref().map(|t| t.acceptor.clone());
                     let service = service_fn(move |req| route(req, node.clone(), metrics.clone()));
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let http = http1::Builder::new();
+                    match tls {
+                        None => drop(http.serve_connection(TokioIo::new(stream), service).await),
+                        Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => drop(http.serve_connection(TokioIo::new(stream), service).await),
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "admin: TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "admin: TLS handshake timed out"),
+                        },
+                    }
                 });
             }
         }

@@ -17,6 +17,14 @@ pub struct GroupsArgs {
     pub admin: String,
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+    /// HTTPS (`admin.tls`): the PEM file of the CAs the node's certificate must chain to.
+    #[arg(long, global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) and its key, for a node with `admin.client_auth`.
+    #[arg(long, global = true, requires_all = ["key_file", "ca_file"])]
+    pub cert_file: Option<std::path::PathBuf>,
+    #[arg(long, global = true, requires = "cert_file")]
+    pub key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: GroupsCommand,
 }
@@ -37,16 +45,39 @@ pub enum GroupsCommand {
     History { group: String },
 }
 
+/// HTTPS toward the node when `--ca-file` is given.
+fn tls_connector(args: &GroupsArgs) -> Result<Option<tokio_rustls::TlsConnector>, String> {
+    let Some(ca_file) = &args.ca_file else { return Ok(None) };
+    let tls = crate::security::config::TlsConfig {
+        cert_file: args.cert_file.clone(),
+        key_file: args.key_file.clone(),
+        ca_file: Some(ca_file.clone()),
+    };
+    let certificate = match &args.cert_file {
+        Some(_) => Some(crate::security::tls::CertificateFiles::load(&tls).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let config = crate::security::tls::client_config(&tls, certificate.as_ref()).map_err(|e| e.to_string())?;
+    Ok(Some(tokio_rustls::TlsConnector::from(config)))
+}
+
 pub fn run(args: GroupsArgs) -> ExitCode {
     let path = match &args.command {
         GroupsCommand::List => "/v1/groups".to_string(),
         GroupsCommand::Describe { group } | GroupsCommand::History { group } => format!("/v1/groups/{}", encode(group)),
     };
+    let tls = match tls_connector(&args) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("corral: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let answer = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-        .and_then(|rt| rt.block_on(crate::admin::client::get(&args.admin, &path, TIMEOUT)));
+        .and_then(|rt| rt.block_on(crate::admin::client::get(&args.admin, &path, tls.as_ref(), TIMEOUT)));
     let (status, body) = match answer {
         Ok(a) => a,
         Err(e) => {

@@ -1,4 +1,11 @@
-//! Who may talk on the Raft port: only the cluster's own nodes, proven by the cluster secret.
+//! Who may talk on the Raft port: only the cluster's own nodes, proven by the cluster secret, by
+//! mutual TLS (`cluster.tls`), or by both.
+//!
+//! With `cluster.tls`, every connection is first a TLS session in which both sides present a
+//! certificate that chains to `tls.ca_file`, and the dialer checks that the acceptor's names the
+//! host it dialed; the handshake below then runs inside it. Without a secret, that handshake only
+//! states the two node ids (magic `CRT1`, no proofs): any holder of a certificate from the CA can
+//! claim to be any node, so the CA should be the cluster's own (or keep the secret as well).
 //!
 //! Every connection starts with a mutual challenge–response before any Raft frame is read. The
 //! secret never crosses the wire; each side proves it knows it with an HMAC-SHA256 over both
@@ -23,12 +30,15 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::NodeId;
+use crate::security::tls::NodeTls;
 
 const MAGIC: &[u8; 4] = b"CRA1";
+/// The handshake without a secret, over mutual TLS: ids only.
+const MAGIC_TLS_ONLY: &[u8; 4] = b"CRT1";
 const NONCE_LEN: usize = 32;
 const PROOF_LEN: usize = 32;
 const HELLO_LEN: usize = 4 + 8 + 8 + NONCE_LEN;
@@ -49,41 +59,72 @@ pub enum AuthError {
     BadProof,
     #[error("the handshake took longer than {HANDSHAKE_TIMEOUT:?}")]
     Timeout,
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("{0:?} cannot be a TLS server name")]
+    ServerName(String),
     #[error("no randomness for a nonce: {0}")]
     Random(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
-/// This node's side of the handshake: its id, the secret, and the nodes it accepts.
+/// A connection between two nodes once the handshake is done: plain TCP or TLS.
+pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerIo for T {}
+pub type PeerStream = Box<dyn PeerIo>;
+
+/// This node's side of the handshake: its id, the secret and the TLS it requires (at least one
+/// of them), and the nodes it accepts.
 #[derive(Clone)]
 pub struct PeerAuth {
     me: NodeId,
-    secret: Arc<[u8]>,
+    secret: Option<Arc<[u8]>>,
+    tls: Option<NodeTls>,
     nodes: Arc<BTreeSet<NodeId>>,
 }
 
 impl std::fmt::Debug for PeerAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerAuth").field("me", &self.me).field("nodes", &self.nodes).finish_non_exhaustive()
+        f.debug_struct("PeerAuth")
+            .field("me", &self.me)
+            .field("nodes", &self.nodes)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl PeerAuth {
-    /// `nodes`: every node of the cluster (this one is never accepted as a peer).
-    pub fn new(me: NodeId, secret: &[u8], nodes: impl IntoIterator<Item = NodeId>) -> PeerAuth {
-        PeerAuth { me, secret: secret.into(), nodes: Arc::new(nodes.into_iter().filter(|&n| n != me).collect()) }
+    /// `nodes`: every node of the cluster (this one is never accepted as a peer). The config's
+    /// validation makes sure `secret` or `tls` is there.
+    pub fn new(me: NodeId, secret: Option<&[u8]>, tls: Option<NodeTls>, nodes: impl IntoIterator<Item = NodeId>) -> PeerAuth {
+        PeerAuth { me, secret: secret.map(Into::into), tls, nodes: Arc::new(nodes.into_iter().filter(|&n| n != me).collect()) }
     }
 
-    /// The acceptor's side; returns the authenticated peer's id.
-    pub async fn accept(&self, stream: &mut TcpStream) -> Result<NodeId, AuthError> {
-        within_timeout(self.accept_inner(stream)).await
+    fn magic(&self) -> &'static [u8; 4] {
+        match self.secret {
+            Some(_) => MAGIC,
+            None => MAGIC_TLS_ONLY,
+        }
     }
 
-    async fn accept_inner(&self, stream: &mut TcpStream) -> Result<NodeId, AuthError> {
+    /// The acceptor's side; returns the authenticated peer's id and the connection to use.
+    pub async fn accept(&self, stream: TcpStream) -> Result<(NodeId, PeerStream), AuthError> {
+        within_timeout(async {
+            let mut stream: PeerStream = match &self.tls {
+                Some(tls) => Box::new(tls.acceptor.accept(stream).await.map_err(AuthError::Tls)?),
+                None => Box::new(stream),
+            };
+            let peer = self.accept_inner(&mut stream).await?;
+            Ok((peer, stream))
+        })
+        .await
+    }
+
+    async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(&self, stream: &mut S) -> Result<NodeId, AuthError> {
         let mut hello = [0u8; HELLO_LEN];
         stream.read_exact(&mut hello).await?;
-        if &hello[..4] != MAGIC {
+        if &hello[..4] != self.magic() {
             return Err(AuthError::BadMagic);
         }
         let dialer = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
@@ -94,45 +135,77 @@ impl PeerAuth {
         if wanted != self.me {
             return Err(AuthError::WrongTarget { wanted, me: self.me });
         }
+        let Some(secret) = &self.secret else {
+            // Mutual TLS alone: the certificate was the proof.
+            stream.write_all(&[ACCEPTED]).await?;
+            stream.flush().await?;
+            return Ok(dialer);
+        };
         let dialer_nonce: [u8; NONCE_LEN] = hello[20..].try_into().expect("nonce length");
         let my_nonce = nonce()?;
         let transcript = Transcript { dialer, acceptor: self.me, dialer_nonce, acceptor_nonce: my_nonce };
         let mut challenge = [0u8; NONCE_LEN + PROOF_LEN];
         challenge[..NONCE_LEN].copy_from_slice(&my_nonce);
-        challenge[NONCE_LEN..].copy_from_slice(&transcript.proof(&self.secret, b"acceptor"));
+        challenge[NONCE_LEN..].copy_from_slice(&transcript.proof(secret, b"acceptor"));
         stream.write_all(&challenge).await?;
+        stream.flush().await?;
         let mut proof = [0u8; PROOF_LEN];
         stream.read_exact(&mut proof).await?;
-        transcript.verify(&self.secret, b"dialer", &proof)?;
+        transcript.verify(secret, b"dialer", &proof)?;
         stream.write_all(&[ACCEPTED]).await?;
+        stream.flush().await?;
         Ok(dialer)
     }
 
-    /// The dialer's side, toward node `target`.
-    pub async fn connect(&self, stream: &mut TcpStream, target: NodeId) -> Result<(), AuthError> {
-        within_timeout(self.connect_inner(stream, target)).await
+    /// The dialer's side, toward node `target` at `host` (the host of its Raft address, which its
+    /// certificate must name under TLS); returns the connection to use.
+    pub async fn connect(&self, stream: TcpStream, target: NodeId, host: &str) -> Result<PeerStream, AuthError> {
+        within_timeout(async {
+            let mut stream: PeerStream = match &self.tls {
+                Some(NodeTls { connector: Some(connector), .. }) => {
+                    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|_| AuthError::ServerName(host.into()))?;
+                    Box::new(connector.connect(name, stream).await.map_err(AuthError::Tls)?)
+                }
+                Some(NodeTls { connector: None, .. }) => {
+                    return Err(AuthError::Tls(std::io::Error::other("no CA to check the peer against")))
+                }
+                None => Box::new(stream),
+            };
+            self.connect_inner(&mut stream, target).await?;
+            Ok(stream)
+        })
+        .await
     }
 
-    async fn connect_inner(&self, stream: &mut TcpStream, target: NodeId) -> Result<(), AuthError> {
+    async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(&self, stream: &mut S, target: NodeId) -> Result<(), AuthError> {
         let my_nonce = nonce()?;
         let mut hello = [0u8; HELLO_LEN];
-        hello[..4].copy_from_slice(MAGIC);
+        hello[..4].copy_from_slice(self.magic());
         hello[4..12].copy_from_slice(&self.me.to_be_bytes());
         hello[12..20].copy_from_slice(&target.to_be_bytes());
         hello[20..].copy_from_slice(&my_nonce);
         stream.write_all(&hello).await?;
+        stream.flush().await?;
+        let Some(secret) = &self.secret else {
+            return read_accepted(stream).await;
+        };
         let mut challenge = [0u8; NONCE_LEN + PROOF_LEN];
         stream.read_exact(&mut challenge).await?;
         let acceptor_nonce: [u8; NONCE_LEN] = challenge[..NONCE_LEN].try_into().expect("nonce length");
         let transcript = Transcript { dialer: self.me, acceptor: target, dialer_nonce: my_nonce, acceptor_nonce };
-        transcript.verify(&self.secret, b"acceptor", &challenge[NONCE_LEN..])?;
-        stream.write_all(&transcript.proof(&self.secret, b"dialer")).await?;
-        let mut accepted = [0u8; 1];
-        stream.read_exact(&mut accepted).await.map_err(|_| AuthError::BadProof)?;
-        if accepted[0] != ACCEPTED {
-            return Err(AuthError::BadProof);
-        }
-        Ok(())
+        transcript.verify(secret, b"acceptor", &challenge[NONCE_LEN..])?;
+        stream.write_all(&transcript.proof(secret, b"dialer")).await?;
+        stream.flush().await?;
+        read_accepted(stream).await
+    }
+}
+
+async fn read_accepted<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(), AuthError> {
+    let mut accepted = [0u8; 1];
+    stream.read_exact(&mut accepted).await.map_err(|_| AuthError::BadProof)?;
+    match accepted[0] {
+        ACCEPTED => Ok(()),
+        _ => Err(AuthError::BadProof),
     }
 }
 
@@ -180,6 +253,8 @@ async fn within_timeout<T>(f: impl std::future::Future<Output = Result<T, AuthEr
 mod tests {
     use super::*;
 
+    const SECRET: &[u8] = b"a cluster secret of some length";
+
     async fn pair() -> (TcpStream, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -188,14 +263,15 @@ mod tests {
     }
 
     async fn handshake(dialer: &PeerAuth, target: NodeId, acceptor: &PeerAuth) -> (Result<(), AuthError>, Result<NodeId, AuthError>) {
-        let (mut a, mut b) = pair().await;
-        tokio::join!(dialer.connect(&mut a, target), acceptor.accept(&mut b))
+        let (a, b) = pair().await;
+        let (dialed, accepted) = tokio::join!(dialer.connect(a, target, "127.0.0.1"), acceptor.accept(b));
+        (dialed.map(drop), accepted.map(|(peer, _)| peer))
     }
 
     #[tokio::test]
     async fn nodes_with_the_same_secret_accept_each_other() {
-        let one = PeerAuth::new(1, b"a cluster secret of some length", [0, 1, 2]);
-        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let one = PeerAuth::new(1, Some(SECRET), None, [0, 1, 2]);
+        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
         let (dialed, accepted) = handshake(&one, 2, &two).await;
         dialed.unwrap();
         assert_eq!(accepted.unwrap(), 1);
@@ -203,39 +279,39 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrong_secret_an_unknown_node_or_a_wrong_target_is_refused() {
-        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
-        let impostor = PeerAuth::new(1, b"another secret entirely........", [0, 1, 2]);
+        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let impostor = PeerAuth::new(1, Some(b"another secret entirely........".as_slice()), None, [0, 1, 2]);
         let (dialed, accepted) = handshake(&impostor, 2, &two).await;
         assert!(matches!(dialed, Err(AuthError::BadProof)), "{dialed:?}");
         assert!(accepted.is_err());
-        let stranger = PeerAuth::new(9, b"a cluster secret of some length", [9, 2]);
+        let stranger = PeerAuth::new(9, Some(SECRET), None, [9, 2]);
         let (_, accepted) = handshake(&stranger, 2, &two).await;
         assert!(matches!(accepted, Err(AuthError::UnknownNode(9))), "{accepted:?}");
-        let itself = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
+        let itself = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
         let (_, accepted) = handshake(&itself, 2, &two).await;
         assert!(matches!(accepted, Err(AuthError::UnknownNode(2))), "{accepted:?}");
-        let one = PeerAuth::new(1, b"a cluster secret of some length", [0, 1, 2]);
+        let one = PeerAuth::new(1, Some(SECRET), None, [0, 1, 2]);
         let (_, accepted) = handshake(&one, 0, &two).await;
         assert!(matches!(accepted, Err(AuthError::WrongTarget { wanted: 0, me: 2 })), "{accepted:?}");
     }
 
     #[tokio::test]
     async fn raw_bytes_are_refused_before_anything_is_decoded() {
-        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
-        let (mut a, mut b) = pair().await;
+        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let (mut a, b) = pair().await;
         // A Raft request frame, as the transport writes them after the handshake.
         let frame = [
             0, 0, 0, 13, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
             0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         a.write_all(&frame).await.unwrap();
-        assert!(matches!(two.accept(&mut b).await, Err(AuthError::BadMagic)));
+        assert!(matches!(two.accept(b).await, Err(AuthError::BadMagic)));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_dialer_times_out() {
-        let two = PeerAuth::new(2, b"a cluster secret of some length", [0, 1, 2]);
-        let (_a, mut b) = pair().await;
-        assert!(matches!(two.accept(&mut b).await, Err(AuthError::Timeout)));
+        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let (_a, b) = pair().await;
+        assert!(matches!(two.accept(b).await, Err(AuthError::Timeout)));
     }
 }

@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::peer_auth::PeerAuth;
+use super::peer_auth::{PeerAuth, PeerStream};
 use super::{LogId, NodeId, TypeConfig};
 use crate::cluster::metadata_group::{WriteError, METADATA_GROUP, METADATA_SHARD};
 use crate::node::Node;
@@ -249,7 +249,7 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>, 
             let _ = first.reply.send(Err(unreachable("connection failed just now".into())));
             continue;
         }
-        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 failed_at = Some(tokio::time::Instant::now());
@@ -262,14 +262,18 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>, 
                 continue;
             }
         };
-        if let Err(e) = auth.connect(&mut stream, node).await {
-            tracing::warn!(peer = node, %addr, error = %e, "raft-net: handshake failed");
-            failed_at = Some(tokio::time::Instant::now());
-            let _ = first.reply.send(Err(unreachable(format!("handshake failed: {e}"))));
-            continue;
-        }
-        failed_at = None;
         let _ = stream.set_nodelay(true);
+        let host = crate::config::parse_host_port(&addr).map(|(host, _)| host).unwrap_or_default();
+        let stream = match auth.connect(stream, node, &host).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(peer = node, %addr, error = %e, "raft-net: handshake failed");
+                failed_at = Some(tokio::time::Instant::now());
+                let _ = first.reply.send(Err(unreachable(format!("handshake failed: {e}"))));
+                continue;
+            }
+        };
+        failed_at = None;
         tracing::info!(peer = node, %addr, "raft-net: connected");
         let reason = run_connection(node, &addr, stream, first, &mut rx).await;
         tracing::info!(peer = node, %addr, %reason, "raft-net: connection closed");
@@ -278,8 +282,8 @@ async fn run_link(node: NodeId, addr: String, mut rx: mpsc::Receiver<Outgoing>, 
 
 /// Sends requests and matches responses until the connection breaks; then fails every request
 /// still waiting. Returns why it ended.
-async fn run_connection(node: NodeId, addr: &str, stream: TcpStream, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> String {
-    let (read, write) = stream.into_split();
+async fn run_connection(node: NodeId, addr: &str, stream: PeerStream, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> String {
+    let (read, write) = tokio::io::split(stream);
     let mut reader = FramedRead::new(read, codec());
     let mut writer = FramedWrite::new(write, codec());
     let mut pending: HashMap<u64, oneshot::Sender<Result<Bytes, LinkError>>> = HashMap::new();
@@ -329,9 +333,9 @@ async fn run_connection(node: NodeId, addr: &str, stream: TcpStream, first: Outg
 
 /// Answers one peer's requests, once it has proven to be a node of the cluster: each runs on the
 /// shard that owns its group; responses go back as they complete.
-async fn serve_peer(node: Arc<Node>, mut stream: TcpStream, peer: std::net::SocketAddr, auth: PeerAuth) {
-    let peer_id = match auth.accept(&mut stream).await {
-        Ok(id) => id,
+async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAddr, auth: PeerAuth) {
+    let (peer_id, stream) = match auth.accept(stream).await {
+        Ok(accepted) => accepted,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "raft-net: refused a connection");
             crate::metrics::raft_peer_refused();
@@ -340,7 +344,7 @@ async fn serve_peer(node: Arc<Node>, mut stream: TcpStream, peer: std::net::Sock
     };
     tracing::debug!(%peer, peer_id, "raft-net: peer authenticated");
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-    let (read, write) = stream.into_split();
+    let (read, write) = tokio::io::split(stream);
     let mut reader = FramedRead::new(read, codec());
     let mut writer = FramedWrite::new(write, codec());
     let (tx, mut responses) = mpsc::channel::<Bytes>(QUEUE);

@@ -141,14 +141,38 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid("tls.ca_file", format!("listener {} checks client certificates: name the CA that signs them", l.name)));
         }
     }
-    let tls = listeners.iter().any(|l| l.protocol.uses_tls());
-    if tls {
+    let raft_tls = config.cluster.tls && config.cluster.is_multi_node();
+    if config.admin.client_auth != ClientAuth::None && !config.admin.tls {
+        return Err(invalid("admin.client_auth", "needs admin.tls"));
+    }
+    let user = if listeners.iter().any(|l| l.protocol.uses_tls()) {
+        Some("a TLS listener (SSL, SASL_SSL)")
+    } else if raft_tls {
+        Some("cluster.tls")
+    } else if config.admin.tls {
+        Some("admin.tls")
+    } else {
+        None
+    };
+    if let Some(user) = user {
         if config.tls.cert_file.is_none() {
-            return Err(invalid("tls.cert_file", "a TLS listener (SSL, SASL_SSL) needs a certificate"));
+            return Err(invalid("tls.cert_file", format!("{user} needs a certificate")));
         }
         if config.tls.key_file.is_none() {
-            return Err(invalid("tls.key_file", "a TLS listener (SSL, SASL_SSL) needs a private key"));
+            return Err(invalid("tls.key_file", format!("{user} needs a private key")));
         }
+    }
+    let checks_peers = if raft_tls {
+        Some("cluster.tls checks the other nodes' certificates")
+    } else if config.admin.tls && config.admin.client_auth != ClientAuth::None {
+        Some("admin.client_auth checks client certificates")
+    } else if config.admin.tls && config.cluster.nodes.iter().any(|n| n.admin.is_some() && n.id != config.node.id) {
+        Some("admin.tls: nodes check each other's admin certificates")
+    } else {
+        None
+    };
+    if let (Some(why), None) = (checks_peers, &config.tls.ca_file) {
+        return Err(invalid("tls.ca_file", format!("{why}: name the CA that signs them")));
     }
     let s = &config.sasl;
     for m in &s.mechanisms {

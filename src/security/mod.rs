@@ -12,7 +12,7 @@ pub mod credentials;
 pub mod quota;
 pub mod sasl;
 pub mod session;
-pub(crate) mod tls;
+pub mod tls;
 mod watched;
 
 use std::net::SocketAddr;
@@ -60,10 +60,15 @@ impl std::fmt::Debug for Listener {
     }
 }
 
-/// The node's listeners once bound, and the SASL server if one of them needs it.
+/// The node's listeners once bound, the SASL server if one of them needs it, and TLS for the
+/// Raft port and the admin listener where configured.
 pub(crate) struct NodeSecurity {
     pub(crate) listeners: Vec<Arc<Listener>>,
     pub(crate) sasl: Option<Arc<sasl::SaslServer>>,
+    /// Mutual TLS between nodes on the Raft port (`cluster.tls`).
+    pub(crate) raft_tls: Option<tls::NodeTls>,
+    /// HTTPS on the admin listener, and toward other nodes' (`admin.tls`).
+    pub(crate) admin_tls: Option<tls::NodeTls>,
 }
 
 /// Reads the certificate, key and credential files the listeners need, as a start would: what
@@ -76,10 +81,17 @@ pub fn check_files(config: &crate::config::Config) -> Result<(), crate::config::
 /// Loads what the listeners' security needs (certificates, credentials): a failure names the key.
 pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) -> Result<NodeSecurity, crate::config::ConfigError> {
     let configs = config.listeners();
-    let certificate = match configs.iter().any(|l| l.protocol.uses_tls()) {
+    let needs_certificate = configs.iter().any(|l| l.protocol.uses_tls()) || config.cluster.tls || config.admin.tls;
+    let certificate = match needs_certificate {
         true => Some(tls::CertificateFiles::load(&config.tls)?),
         false => None,
     };
+    let node_tls = |on: bool, client_auth| match (&certificate, on) {
+        (Some(certificate), true) => tls::NodeTls::new(certificate, &config.tls, client_auth).map(Some),
+        _ => Ok(None),
+    };
+    let raft_tls = node_tls(config.cluster.tls && config.cluster.is_multi_node(), config::ClientAuth::Required)?;
+    let admin_tls = node_tls(config.admin.tls, config.admin.client_auth)?;
     let sasl = match configs.iter().any(|l| l.protocol.uses_sasl()) {
         true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),
         false => None,
@@ -94,5 +106,5 @@ pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) ->
         };
         listeners.push(Arc::new(Listener { index, name: l.name.clone(), protocol: l.protocol, bound, tls }));
     }
-    Ok(NodeSecurity { listeners, sasl })
+    Ok(NodeSecurity { listeners, sasl, raft_tls, admin_tls })
 }

@@ -1,15 +1,17 @@
-//! TLS on the Kafka listeners (rustls): the node's certificate, read again when its files change,
-//! and the client-certificate check of each listener.
+//! TLS with rustls: the node's certificate, read again when its files change; the server side of
+//! the Kafka and admin listeners (with each one's client-certificate check) and of the Raft port;
+//! the client side toward other nodes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 
 use super::config::{ClientAuth, TlsConfig};
 use super::watched::{LoadError, Watched};
@@ -31,12 +33,7 @@ pub(crate) fn server_config(
     let builder = match client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         ClientAuth::Requested | ClientAuth::Required => {
-            let path = tls.ca_file.as_deref().ok_or_else(|| invalid("tls.ca_file", "is required by client_auth"))?;
-            let mut roots = RootCertStore::empty();
-            for cert in read_certificates(path).map_err(|reason| invalid("tls.ca_file", reason))? {
-                roots.add(cert).map_err(|e| invalid("tls.ca_file", format!("{}: {e}", path.display())))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = WebPkiClientVerifier::builder_with_provider(trusted_roots(tls)?, provider());
             let verifier = match client_auth {
                 ClientAuth::Requested => verifier.allow_unauthenticated(),
                 _ => verifier,
@@ -45,6 +42,29 @@ pub(crate) fn server_config(
         }
     };
     Ok(Arc::new(builder.with_cert_resolver(certificate.clone())))
+}
+
+/// A client's TLS config: the server's certificate must chain to `tls.ca_file` and name the host
+/// dialed; `certificate`, if any, is presented as the client's.
+pub fn client_config(tls: &TlsConfig, certificate: Option<&Arc<CertificateFiles>>) -> Result<Arc<ClientConfig>, ConfigError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("tls", e.to_string()))?
+        .with_root_certificates(trusted_roots(tls)?);
+    Ok(Arc::new(match certificate {
+        Some(certificate) => builder.with_client_cert_resolver(certificate.clone()),
+        None => builder.with_no_client_auth(),
+    }))
+}
+
+/// The CAs of `tls.ca_file`.
+fn trusted_roots(tls: &TlsConfig) -> Result<Arc<RootCertStore>, ConfigError> {
+    let path = tls.ca_file.as_deref().ok_or_else(|| invalid("tls.ca_file", "is required to check the other side's certificate"))?;
+    let mut roots = RootCertStore::empty();
+    for cert in read_certificates(path).map_err(|reason| invalid("tls.ca_file", reason))? {
+        roots.add(cert).map_err(|e| invalid("tls.ca_file", format!("{}: {e}", path.display())))?;
+    }
+    Ok(Arc::new(roots))
 }
 
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -62,10 +82,10 @@ fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String
 /// either changes: connections made from then on present the new certificate, open ones keep
 /// theirs.
 #[derive(Debug)]
-pub(crate) struct CertificateFiles(Watched<Arc<CertifiedKey>>);
+pub struct CertificateFiles(Watched<Arc<CertifiedKey>>);
 
 impl CertificateFiles {
-    pub(crate) fn load(tls: &TlsConfig) -> Result<Arc<CertificateFiles>, ConfigError> {
+    pub fn load(tls: &TlsConfig) -> Result<Arc<CertificateFiles>, ConfigError> {
         let cert = tls.cert_file.clone().ok_or_else(|| invalid("tls.cert_file", "is required by a TLS listener"))?;
         let key = tls.key_file.clone().ok_or_else(|| invalid("tls.key_file", "is required by a TLS listener"))?;
         let watched = Watched::load("TLS certificate", vec![cert, key], load_key).map_err(|(key, reason)| invalid(key, reason))?;
@@ -76,6 +96,16 @@ impl CertificateFiles {
 impl ResolvesServerCert for CertificateFiles {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(Arc::clone(&self.0.get()))
+    }
+}
+
+impl ResolvesClientCert for CertificateFiles {
+    fn resolve(&self, _root_hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.0.get()))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 
@@ -96,4 +126,31 @@ pub(crate) fn client_principal(connection: &rustls::ServerConnection) -> Option<
     let leaf = connection.peer_certificates()?.first()?;
     let certificate = x509_cert::Certificate::from_der(leaf.as_ref()).ok()?;
     Some(super::Principal::user(certificate.tbs_certificate().subject().to_string()))
+}
+
+/// Both ends of TLS between corral's nodes (the Raft port, the admin listeners): accepting a
+/// node or client, with the given client-certificate check, and dialing another node (when
+/// `tls.ca_file` says whom to trust).
+#[derive(Clone)]
+pub struct NodeTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub connector: Option<tokio_rustls::TlsConnector>,
+}
+
+impl NodeTls {
+    pub(crate) fn new(certificate: &Arc<CertificateFiles>, tls: &TlsConfig, client_auth: ClientAuth) -> Result<NodeTls, ConfigError> {
+        Ok(NodeTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(server_config(certificate, tls, client_auth)?),
+            connector: match tls.ca_file {
+                Some(_) => Some(tokio_rustls::TlsConnector::from(client_config(tls, Some(certificate))?)),
+                None => None,
+            },
+        })
+    }
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeTls")
+    }
 }

@@ -10,10 +10,12 @@ until healed.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import threading
 import time
+from typing import Callable
 
 from conftest import CorralServer
 from groupwire import find_coordinator_v1, offset_commit_v2, parse_find_coordinator_v1, parse_offset_commit_v2
@@ -97,7 +99,17 @@ class Cluster:
     """`size` nodes (ids 0..size-1), started by `start()`; servers are made by `corral_factory`
     (so teardown stops them by PID and their logs join a failed test's report)."""
 
-    def __init__(self, corral_factory, size: int = 3, extra_config: str = "", relays: bool = True):
+    def __init__(
+        self,
+        corral_factory,
+        size: int = 3,
+        extra_config: str | Callable[[int], str] = "",
+        relays: bool = True,
+        secret: str | None = CLUSTER_SECRET,
+    ):
+        """`extra_config`: more config for every node, or node i's from a function of i.
+        `secret`: the cluster secret (None: none, for nodes that prove themselves by TLS)."""
+        self.secret = secret
         self.size = size
         # Hold the chosen ports until the relays have bound theirs, so no two coincide.
         held = []
@@ -113,7 +125,8 @@ class Cluster:
             s.close()
         self.nodes: list[CorralServer] = []
         for i in range(size):
-            server = corral_factory(config=self._config(i, extra_config), start=False, name=f"node{i}")
+            extra = extra_config(i) if callable(extra_config) else extra_config
+            server = corral_factory(config=self._config(i, extra), start=False, name=f"node{i}")
             server.kafka_port, server.admin_port = self.kafka[i], self.admin[i]
             self.nodes.append(server)
 
@@ -126,11 +139,12 @@ class Cluster:
             f'  {{ id = {j}, raft = "{raft_addr(j)}", kafka = "127.0.0.1:{self.kafka[j]}", admin = "127.0.0.1:{self.admin[j]}" }}'
             for j in range(self.size)
         )
+        secret = f'secret = "{self.secret}"' if self.secret else ""
         return f"""[node]
 id = {i}
 [cluster]
 raft_listen = "127.0.0.1:{self.raft[i]}"
-secret = "{CLUSTER_SECRET}"
+{secret}
 nodes = [
 {nodes}
 ]
@@ -218,6 +232,14 @@ nodes = [
             conn.close()
         assert errors == {topic: 0}, errors
         return self.wait_for_topic(topic, partitions)
+
+
+def refused_count(server) -> float:
+    """Connections the node's Raft port refused (`corral_raft_peer_connections_refused_total`)."""
+    status, text = server.http_get("/metrics")
+    assert status == 200
+    m = re.search(r"^corral_raft_peer_connections_refused_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def simple_commit(port: int, group: str, topic: str, offset: int, timeout: float = 30.0) -> int:

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -78,6 +79,8 @@ class CorralServer:
         self.prlimits: list[str] = []
         self.kafka_port = 0
         self.admin_port = 0
+        # With admin.tls: how http_get speaks HTTPS to the admin listener.
+        self.admin_ssl: ssl.SSLContext | None = None
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         # Byte offset in the log file where the current run's output begins.
@@ -259,9 +262,10 @@ class CorralServer:
 
     def http_get(self, path: str, timeout: float = 10.0) -> tuple[int, str]:
         """GET on the admin listener: (status, body). HTTP error statuses are returned, not raised."""
-        url = f"http://{self.admin}{path}"
+        scheme = "https" if self.admin_ssl else "http"
+        url = f"{scheme}://{self.admin}{path}"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
+            with urllib.request.urlopen(url, timeout=timeout, context=self.admin_ssl) as resp:
                 return resp.status, resp.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode("utf-8", "replace")

@@ -152,9 +152,25 @@ def test_second_server_on_the_same_data_dir_is_refused(corral, corral_bin):
             '[tls]\ncert_file = "c"\nkey_file = "k"\n',
             "tls.ca_file",
         ),
+        ('[admin]\nclient_auth = "required"\n', "admin.client_auth"),
+        ('[admin]\ntls = true\n', "tls.cert_file"),
+        (
+            '[cluster]\ntls = true\nraft_listen = "127.0.0.1:9194"\nnodes = [\n'
+            '  { id = 0, raft = "127.0.0.1:9194", kafka = "127.0.0.1:9092" },\n'
+            '  { id = 1, raft = "127.0.0.1:9294", kafka = "127.0.0.1:9192" },\n]\n'
+            '[tls]\ncert_file = "c"\nkey_file = "k"\n',
+            "tls.ca_file",
+        ),
+        (
+            '[cluster]\nraft_listen = "127.0.0.1:9194"\nnodes = [\n'
+            '  { id = 0, raft = "127.0.0.1:9194", kafka = "127.0.0.1:9092" },\n'
+            '  { id = 1, raft = "127.0.0.1:9294", kafka = "127.0.0.1:9192" },\n]\n',
+            "cluster.secret",
+        ),
     ],
     ids=["tls-no-cert", "sasl-no-credentials", "cert-missing", "credentials-missing", "mechanism", "client-auth-plaintext",
-         "protocol-name", "listener-name-twice", "client-auth-no-ca"],
+         "protocol-name", "listener-name-twice", "client-auth-no-ca", "admin-client-auth-no-tls", "admin-tls-no-cert",
+         "raft-tls-no-ca", "cluster-no-secret-no-tls"],
 )
 def test_check_config_names_the_security_key(corral_bin, tmp_path, text, key):
     cfg = tmp_path / "bad.toml"

@@ -13,18 +13,16 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import socket
 import struct
 import uuid
 
 import clients
-from cluster import CLUSTER_SECRET, simple_commit
+from cluster import CLUSTER_SECRET, refused_count, simple_commit
 
 MAGIC = b"CRA1"
 KIND_APPEND_ENTRIES, KIND_VOTE, KIND_PROPOSE = 1, 2, 4
 METADATA_GROUP = 0xFFFFFFFF
-REFUSED = "corral_raft_peer_connections_refused_total"
 
 
 def raft_frame(req_id: int, group: int, kind: int, payload: bytes) -> bytes:
@@ -49,13 +47,6 @@ def read_until_closed(sock: socket.socket, timeout: float = 15.0) -> bytes:
 def create_x() -> bytes:
     change = {"Create": {"name": "../x", "id": str(uuid.uuid4()), "config": {}, "placement": [0]}}
     return json.dumps(change).encode()
-
-
-def refused_count(server) -> float:
-    status, text = server.http_get("/metrics")
-    assert status == 200
-    m = re.search(rf"^{REFUSED}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 def proof(secret: bytes, label: bytes, dialer: int, acceptor: int, dialer_nonce: bytes, acceptor_nonce: bytes) -> bytes:
