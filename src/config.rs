@@ -186,6 +186,8 @@ pub struct UpstreamConfig {
     pub metadata_max_age_ms: u64,
     /// The least time between two reads of the upstream's metadata.
     pub retry_backoff_ms: u64,
+    /// TLS and SASL toward the upstream's brokers.
+    pub security: crate::security::config::ClientSecurity,
 }
 
 /// `[sidecar]`: where a sidecar (`role = "sidecar"`) sends group requests.
@@ -198,6 +200,8 @@ pub struct SidecarConfig {
     /// How long a group request may take to reach its coordinator, following it as it moves
     /// (a JoinGroup: this beyond its rebalance timeout).
     pub request_timeout_ms: u64,
+    /// TLS and SASL toward the group service.
+    pub security: crate::security::config::ClientSecurity,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -408,13 +412,14 @@ impl Default for UpstreamConfig {
             pool_size: 4,
             metadata_max_age_ms: 30_000,
             retry_backoff_ms: 100,
+            security: Default::default(),
         }
     }
 }
 
 impl Default for SidecarConfig {
     fn default() -> Self {
-        SidecarConfig { group_bootstrap: Vec::new(), request_timeout_ms: 30_000 }
+        SidecarConfig { group_bootstrap: Vec::new(), request_timeout_ms: 30_000, security: Default::default() }
     }
 }
 
@@ -530,6 +535,9 @@ impl Config {
             if !u.bootstrap.is_empty() {
                 return Err(invalid("upstream.bootstrap", "is set but storage.backend is not \"upstream\""));
             }
+            if u.security != Default::default() {
+                return Err(invalid("upstream.security", "is set but storage.backend is not \"upstream\""));
+            }
             return Ok(());
         }
         if u.bootstrap.is_empty() {
@@ -551,7 +559,7 @@ impl Config {
         if !(1..=1024).contains(&u.pool_size) {
             return Err(invalid("upstream.pool_size", format!("must be between 1 and 1024, got {}", u.pool_size)));
         }
-        Ok(())
+        u.security.validate("upstream.security")
     }
 
     fn validate_sidecar(&self) -> Result<(), ConfigError> {
@@ -559,6 +567,9 @@ impl Config {
         if self.role != Role::Sidecar {
             if !s.group_bootstrap.is_empty() {
                 return Err(invalid("sidecar.group_bootstrap", "is set but role is not \"sidecar\""));
+            }
+            if s.security != Default::default() {
+                return Err(invalid("sidecar.security", "is set but role is not \"sidecar\""));
             }
             return Ok(());
         }
@@ -588,7 +599,7 @@ impl Config {
         if !(1..=3_600_000).contains(&s.request_timeout_ms) {
             return Err(invalid("sidecar.request_timeout_ms", format!("must be between 1 and 3600000, got {}", s.request_timeout_ms)));
         }
-        Ok(())
+        s.security.validate("sidecar.security")
     }
 
     /// Checks every bound and cross-field rule. Runs before anything is bound or opened.

@@ -29,7 +29,11 @@ fn main() -> ExitCode {
 
     match cli.command {
         Command::CheckConfig { file } => {
-            match Config::load(&file).and_then(|c| c.validate().map(|()| c)).and_then(|c| corral::security::check_files(&c).map(|()| c)) {
+            let checked = Config::load(&file)
+                .and_then(|c| c.validate().map(|()| c))
+                .and_then(|c| corral::security::check_files(&c).map(|()| c))
+                .and_then(|c| corral::upstream::dialer::check_files(&c).map(|()| c));
+            match checked {
                 Ok(_) => {
                     println!("{}: valid", file.display());
                     ExitCode::SUCCESS

@@ -164,9 +164,16 @@ impl Server {
             catalog.get(crate::cluster::OFFSETS_TOPIC).map(|t| t.partitions.iter().map(|p| p.shard).collect()).unwrap_or_default();
         let (mesh, inboxes) = Mesh::new(shards, config.runtime.mesh_queue_capacity);
         let client_limits = crate::net::limits::ClientLimits::new(&config.kafka);
-        let upstream = (config.storage.backend == crate::config::StorageBackend::Upstream)
-            .then(|| Arc::new(crate::upstream::Upstream::new(config.upstream.clone())));
-        let sidecar = (config.role == crate::config::Role::Sidecar).then(|| Arc::new(crate::sidecar::GroupService::new(&config)));
+        let upstream = match config.storage.backend {
+            crate::config::StorageBackend::Upstream => {
+                Some(Arc::new(crate::upstream::Upstream::new(config.upstream.clone()).map_err(StartError::Config)?))
+            }
+            _ => None,
+        };
+        let sidecar = match config.role {
+            crate::config::Role::Sidecar => Some(Arc::new(crate::sidecar::GroupService::new(&config).map_err(StartError::Config)?)),
+            _ => None,
+        };
         let node = Arc::new(Node {
             node_id: config.node.id,
             config,

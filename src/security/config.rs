@@ -8,8 +8,9 @@ use serde::Deserialize;
 use crate::config::{invalid, parse_host_port, Config, ConfigError};
 
 /// How a listener's clients connect, as Kafka names it (`security.protocol`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum SecurityProtocol {
+    #[default]
     #[serde(rename = "PLAINTEXT")]
     Plaintext,
     #[serde(rename = "SSL")]
@@ -109,6 +110,56 @@ impl Default for SaslConfig {
             connections_max_reauth_ms: 0,
             failed_authentication_delay_ms: 100,
         }
+    }
+}
+
+/// How corral connects as a client to a storage tier (`[upstream.security]`) or a group service
+/// (`[sidecar.security]`): Kafka's client `security.protocol`, `ssl.*` and `sasl.*` settings.
+/// corral authenticates as itself; its clients' identities are not passed on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientSecurity {
+    pub protocol: SecurityProtocol,
+    /// PEM: the CAs the brokers' certificates must chain to (SSL, SASL_SSL). A broker's
+    /// certificate must also name the host corral dials.
+    pub ca_file: Option<PathBuf>,
+    /// PEM: a certificate (and `key_file`, its key) for brokers that require client certificates.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_PLAINTEXT, SASL_SSL).
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    /// A file holding the password (a mounted Secret); whitespace around it is ignored. Read
+    /// again for each new connection when it changes.
+    pub sasl_password_file: Option<PathBuf>,
+}
+
+impl ClientSecurity {
+    /// `key`: where the table is (`upstream.security`), named by every error.
+    pub(crate) fn validate(&self, key: &'static str) -> Result<(), ConfigError> {
+        let tls = self.protocol.uses_tls();
+        if tls && self.ca_file.is_none() {
+            return Err(invalid(key, format!("ca_file: {} needs the CA that signs the brokers' certificates", self.protocol.name())));
+        }
+        if !tls && (self.ca_file.is_some() || self.cert_file.is_some()) {
+            return Err(invalid(key, format!("ca_file, cert_file: set, but protocol {} uses no TLS", self.protocol.name())));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(invalid(key, "cert_file and key_file go together"));
+        }
+        let sasl = [self.sasl_mechanism.is_some(), self.sasl_username.is_some(), self.sasl_password_file.is_some()];
+        if self.protocol.uses_sasl() {
+            let mechanism = self.sasl_mechanism.as_deref().unwrap_or_default();
+            if !SASL_MECHANISMS.contains(&mechanism) {
+                return Err(invalid(key, format!("sasl_mechanism: {mechanism:?}: choose from {}", SASL_MECHANISMS.join(", "))));
+            }
+            if sasl.contains(&false) {
+                return Err(invalid(key, "sasl_mechanism, sasl_username and sasl_password_file are all required by a SASL protocol"));
+            }
+        } else if sasl.contains(&true) {
+            return Err(invalid(key, format!("sasl_*: set, but protocol {} uses no SASL", self.protocol.name())));
+        }
+        Ok(())
     }
 }
 

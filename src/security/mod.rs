@@ -13,7 +13,7 @@ pub mod quota;
 pub mod sasl;
 pub mod session;
 pub mod tls;
-mod watched;
+pub(crate) mod watched;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -253,7 +253,7 @@ impl Forwarder {
         match shared.get(address) {
             Some(c) if !c.is_closed() => c.clone(),
             _ => {
-                let c = Rc::new(Connection::open(address.to_string(), self.service.connect_timeout));
+                let c = Rc::new(Connection::open(address.to_string(), self.service.dialer.clone()));
                 shared.insert(address.to_string(), c.clone());
                 c
             }
@@ -267,7 +267,7 @@ impl Forwarder {
         match links.get(&key) {
             Some(c) if !c.is_closed() => c.clone(),
             _ => {
-                let c = Rc::new(Connection::open(address.to_string(), self.service.connect_timeout));
+                let c = Rc::new(Connection::open(address.to_string(), self.service.dialer.clone()));
                 links.insert(key, c.clone());
                 c
             }

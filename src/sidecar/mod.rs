@@ -76,7 +76,8 @@ impl GroupServiceView {
 #[derive(Debug)]
 pub struct GroupService {
     pub config: SidecarConfig,
-    pub connect_timeout: Duration,
+    /// TCP, TLS and SASL toward the group service's nodes.
+    pub dialer: Arc<crate::upstream::dialer::Dialer>,
     pub retry_backoff: Duration,
     metadata_max_age: Duration,
     view: watch::Sender<Option<Arc<GroupServiceView>>>,
@@ -84,16 +85,18 @@ pub struct GroupService {
 }
 
 impl GroupService {
-    pub fn new(config: &crate::config::Config) -> GroupService {
+    /// Reads the files `[sidecar.security]` names: a failure names the key.
+    pub fn new(config: &crate::config::Config) -> Result<GroupService, crate::config::ConfigError> {
         let u = &config.upstream;
-        GroupService {
+        let connect_timeout = Duration::from_millis(u.connect_timeout_ms);
+        Ok(GroupService {
             config: config.sidecar.clone(),
-            connect_timeout: Duration::from_millis(u.connect_timeout_ms),
+            dialer: crate::upstream::dialer::Dialer::new(&config.sidecar.security, "sidecar.security", connect_timeout)?,
             retry_backoff: Duration::from_millis(u.retry_backoff_ms),
             metadata_max_age: Duration::from_millis(u.metadata_max_age_ms),
             view: watch::Sender::new(None),
             stale: Notify::new(),
-        }
+        })
     }
 
     /// The latest view; `None` until the service answered once.
@@ -159,7 +162,7 @@ pub async fn run(shutdown: CancellationToken, service: Arc<GroupService>) {
 async fn fetch_view(service: &GroupService) -> Result<GroupServiceView, UpstreamError> {
     let mut last = UpstreamError::NoMetadata(service.config.group_bootstrap.join(","));
     for address in service.addresses() {
-        let connection = Connection::open(address, service.connect_timeout);
+        let connection = Connection::open(address, service.dialer.clone());
         match tokio::time::timeout(service.request_timeout(), ask(&connection)).await {
             Ok(Ok(view)) => return Ok(view),
             Ok(Err(e)) => last = e,

@@ -34,7 +34,7 @@ async fn ask<R: Request>(upstream: &Upstream, key: ApiKey, ours: (i16, i16), req
         .address(view.controller)
         .or_else(|_| view.brokers.values().next().map(String::as_str).ok_or(UpstreamError::UnknownBroker(view.controller)))?;
     let config = &upstream.config;
-    let connection = Connection::open(address.to_string(), Duration::from_millis(config.connect_timeout_ms));
+    let connection = Connection::open(address.to_string(), upstream.dialer.clone());
     let started = Instant::now();
     let timeout = Duration::from_millis(config.request_timeout_ms);
     let answer = match tokio::time::timeout(timeout, connection.send(version, &request)?).await {

@@ -6,24 +6,28 @@
 //! its caller awaits anything, so two requests made one after the other reach the broker in that
 //! order — pipelined produces keep their order.
 //!
-//! The connection is opened by its writer task; requests made meanwhile wait in the queue. Any
-//! I/O error, a response out of order or a frame over the limit closes the connection and fails
-//! every request still waiting on it; the pool then opens a new one.
+//! The connection is opened by its writer task (with TLS and SASL as the [`Dialer`] says);
+//! requests made meanwhile wait in the queue. Any I/O error, a response out of order or a frame
+//! over the limit closes the connection and fails every request still waiting on it; the pool
+//! then opens a new one. A connection whose SASL session is about to end reports itself closed
+//! so the pool replaces it; once every handle is dropped, it still reads the responses of the
+//! requests it carried before it closes.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::StreamExt;
 use kafka_protocol::messages::RequestHeader;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
+use super::dialer::{Dialer, ReadHalf, WriteHalf};
 use super::UpstreamError;
 
 /// The largest response frame accepted from an upstream broker.
@@ -31,6 +35,8 @@ const MAX_RESPONSE_BYTES: usize = 256 << 20;
 const CLIENT_ID: &str = "corral";
 /// Queued frames are written together, up to this many in one vectored write.
 const MAX_FRAMES_PER_WRITE: usize = 64;
+/// How long a connection no longer used waits for the responses of the requests it carried.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 type Waiter = oneshot::Sender<Result<Bytes, UpstreamError>>;
 
@@ -46,6 +52,10 @@ struct State {
     in_flight: VecDeque<InFlight>,
     /// Set once the connection is gone: why, for requests that come later.
     closed: Option<UpstreamError>,
+    /// When the connection stops taking requests (its SASL session ends soon after).
+    retire_at: Option<Instant>,
+    /// Every handle is gone: the reader stops once nothing is in flight.
+    draining: bool,
 }
 
 /// A shard's connection to one upstream broker.
@@ -68,15 +78,17 @@ impl std::fmt::Debug for StateCell {
 
 impl Connection {
     /// Starts connecting to `address` (on this shard's runtime) and returns at once.
-    pub fn open(address: String, connect_timeout: Duration) -> Connection {
+    pub fn open(address: String, dialer: Arc<Dialer>) -> Connection {
         let (frames, queued) = mpsc::unbounded_channel();
         let state = Rc::new(RefCell::new(StateCell(State::default())));
-        tokio::task::spawn_local(run(address.clone(), connect_timeout, queued, state.clone()));
+        tokio::task::spawn_local(run(address.clone(), dialer, queued, state.clone()));
         Connection { address, frames, state, next_correlation_id: Cell::new(0) }
     }
 
+    /// Whether the connection is gone, or should take no new request.
     pub fn is_closed(&self) -> bool {
-        self.state.borrow().0.closed.is_some() || self.frames.is_closed()
+        let state = &self.state.borrow().0;
+        state.closed.is_some() || self.frames.is_closed() || state.retire_at.is_some_and(|at| Instant::now() >= at)
     }
 
     /// Requests waiting for their response.
@@ -139,7 +151,12 @@ impl Connection {
     }
 }
 
-fn encode<R: Request>(request: &R, version: i16, correlation_id: i32, client_id: Option<StrBytes>) -> Result<Bytes, UpstreamError> {
+pub(super) fn encode<R: Request>(
+    request: &R,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<StrBytes>,
+) -> Result<Bytes, UpstreamError> {
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
         .with_request_api_version(version)
@@ -156,16 +173,16 @@ fn encode<R: Request>(request: &R, version: i16, correlation_id: i32, client_id:
 }
 
 /// The connection's life: connect, then write queued frames and read responses until either
-/// side fails or every `Connection` handle is dropped.
-async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::UnboundedReceiver<Bytes>, state: Rc<RefCell<StateCell>>) {
+/// side fails, or every `Connection` handle is dropped and the last response has come.
+async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedReceiver<Bytes>, state: Rc<RefCell<StateCell>>) {
     let _open = crate::metrics::upstream_connection_begun();
-    let error = match tokio::time::timeout(connect_timeout, TcpStream::connect(&address)).await {
-        Err(_) => UpstreamError::Unreachable(address.clone(), format!("no connection within {} ms", connect_timeout.as_millis())),
-        Ok(Err(e)) => UpstreamError::Unreachable(address.clone(), e.to_string()),
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            let (read_half, mut write_half) = stream.into_split();
-            let reader = read_responses(address.clone(), read_half, state.clone());
+    let error = match dialer.dial(&address).await {
+        Err(e) => e,
+        Ok(dialed) => {
+            state.borrow_mut().0.retire_at = dialed.retire_at;
+            let mut write_half = dialed.write;
+            let reader = read_responses(address.clone(), dialed.read, state.clone());
+            tokio::pin!(reader);
             let writer = async {
                 let mut frames = VecDeque::new();
                 while let Some(frame) = queued.recv().await {
@@ -176,14 +193,29 @@ async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::Unbou
                         frames.push_back(more);
                     }
                     if let Err(e) = write_frames(&mut write_half, &mut frames).await {
-                        return UpstreamError::Disconnected(format!("{address}: {e}"));
+                        return Some(UpstreamError::Disconnected(format!("{address}: {e}")));
                     }
                 }
-                UpstreamError::Disconnected(format!("{address}: closed"))
+                None
             };
+            let unused = || UpstreamError::Disconnected(format!("{address}: closed"));
             tokio::select! {
-                e = reader => e,
-                e = writer => e,
+                e = &mut reader => e,
+                written = writer => match written {
+                    Some(e) => e,
+                    None => {
+                        // No handle is left: the requests already sent still get their answers.
+                        let idle = {
+                            let mut state = state.borrow_mut();
+                            state.0.draining = true;
+                            state.0.in_flight.is_empty()
+                        };
+                        match idle {
+                            true => unused(),
+                            false => tokio::time::timeout(DRAIN_LIMIT, &mut reader).await.unwrap_or_else(|_| unused()),
+                        }
+                    }
+                },
             }
         }
     };
@@ -200,7 +232,7 @@ async fn run(address: String, connect_timeout: Duration, mut queued: mpsc::Unbou
 }
 
 /// Writes every frame of `frames` with vectored writes, dropping each once it is on the wire.
-async fn write_frames(write_half: &mut tokio::net::tcp::OwnedWriteHalf, frames: &mut VecDeque<Bytes>) -> std::io::Result<()> {
+async fn write_frames(write_half: &mut WriteHalf, frames: &mut VecDeque<Bytes>) -> std::io::Result<()> {
     while !frames.is_empty() {
         let mut written = {
             let slices: Vec<std::io::IoSlice<'_>> = frames.iter().map(|f| std::io::IoSlice::new(f)).collect();
@@ -220,10 +252,11 @@ async fn write_frames(write_half: &mut tokio::net::tcp::OwnedWriteHalf, frames: 
             }
         }
     }
-    Ok(())
+    // A no-op on TCP; TLS sends what it buffered.
+    write_half.flush().await
 }
 
-async fn read_responses(address: String, read_half: tokio::net::tcp::OwnedReadHalf, state: Rc<RefCell<StateCell>>) -> UpstreamError {
+async fn read_responses(address: String, read_half: ReadHalf, state: Rc<RefCell<StateCell>>) -> UpstreamError {
     let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(MAX_RESPONSE_BYTES).new_codec();
     let mut frames = FramedRead::new(read_half, codec);
     loop {
@@ -240,6 +273,10 @@ async fn read_responses(address: String, read_half: tokio::net::tcp::OwnedReadHa
         match header {
             Ok(h) if h.correlation_id == request.correlation_id => {
                 let _ = request.waiter.send(Ok(body));
+                let state = &state.borrow().0;
+                if state.draining && state.in_flight.is_empty() {
+                    return UpstreamError::Disconnected(format!("{address}: closed"));
+                }
             }
             _ => {
                 let e = UpstreamError::Protocol(format!("{address}: response out of order"));

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod connection;
+pub mod dialer;
 pub mod pool;
 pub mod refresh;
 
@@ -31,6 +32,8 @@ pub enum UpstreamError {
     Unreachable(String, String),
     #[error("upstream connection lost: {0}")]
     Disconnected(String),
+    #[error("upstream broker {0} refused corral: {1}")]
+    Refused(String, String),
     #[error("upstream protocol error: {0}")]
     Protocol(String),
     #[error("no answer from the upstream within {0} ms")]
@@ -101,13 +104,18 @@ const LISTING_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Upstream {
     pub config: UpstreamConfig,
+    /// TCP, TLS and SASL toward the upstream's brokers.
+    pub dialer: Arc<dialer::Dialer>,
     view: watch::Sender<Option<Arc<UpstreamView>>>,
     stale: Notify,
 }
 
 impl Upstream {
-    pub fn new(config: UpstreamConfig) -> Upstream {
-        Upstream { config, view: watch::Sender::new(None), stale: Notify::new() }
+    /// Reads the files `[upstream.security]` names: a failure names the key.
+    pub fn new(config: UpstreamConfig) -> Result<Upstream, crate::config::ConfigError> {
+        let connect_timeout = std::time::Duration::from_millis(config.connect_timeout_ms);
+        let dialer = dialer::Dialer::new(&config.security, "upstream.security", connect_timeout)?;
+        Ok(Upstream { config, dialer, view: watch::Sender::new(None), stale: Notify::new() })
     }
 
     /// The latest view; `None` until the upstream answered once.

@@ -11,7 +11,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
 
 use super::connection::Connection;
 use super::Upstream;
@@ -69,10 +68,6 @@ impl Pool {
         Pool { node, upstream, brokers: RefCell::new(HashMap::new()) }
     }
 
-    fn connect_timeout(&self) -> Duration {
-        Duration::from_millis(self.upstream.config.connect_timeout_ms)
-    }
-
     /// The broker's entry, emptied first if the broker's address changed.
     fn with_broker<T>(&self, broker: i32, address: &str, f: impl FnOnce(&mut BrokerConnections) -> T) -> T {
         let mut brokers = self.brokers.borrow_mut();
@@ -85,12 +80,11 @@ impl Pool {
 
     /// The ordered connection to `broker` at `address` (opened again if it was lost).
     pub fn ordered(&self, broker: i32, address: &str) -> Rc<Connection> {
-        let timeout = self.connect_timeout();
         self.with_broker(broker, address, |b| match &b.ordered {
             Some(c) if !c.is_closed() => c.clone(),
             _ => {
                 crate::metrics::upstream_connection_opened(broker);
-                let c = Rc::new(Connection::open(address.to_string(), timeout));
+                let c = Rc::new(Connection::open(address.to_string(), self.upstream.dialer.clone()));
                 b.ordered = Some(c.clone());
                 c
             }
@@ -99,7 +93,6 @@ impl Pool {
 
     /// An idle connection to `broker`, or a new one.
     pub fn lease(self: &Rc<Self>, broker: i32, address: &str) -> Lease {
-        let timeout = self.connect_timeout();
         let connection = self.with_broker(broker, address, |b| {
             while let Some(c) = b.idle.pop() {
                 if !c.is_closed() {
@@ -107,7 +100,7 @@ impl Pool {
                 }
             }
             crate::metrics::upstream_connection_opened(broker);
-            Rc::new(Connection::open(address.to_string(), timeout))
+            Rc::new(Connection::open(address.to_string(), self.upstream.dialer.clone()))
         });
         Lease { pool: self.clone(), broker, connection: Some(connection) }
     }

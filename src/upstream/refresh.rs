@@ -76,7 +76,7 @@ async fn fetch_view(upstream: &Upstream, generation: u64) -> Result<UpstreamView
     let timeout = Duration::from_millis(config.request_timeout_ms);
     let mut last = UpstreamError::NoMetadata(config.bootstrap.join(","));
     for address in addresses {
-        let connection = Connection::open(address, Duration::from_millis(config.connect_timeout_ms));
+        let connection = Connection::open(address, upstream.dialer.clone());
         match tokio::time::timeout(timeout, ask(&connection, generation)).await {
             Ok(Ok(view)) => return Ok(view),
             Ok(Err(e)) => last = e,

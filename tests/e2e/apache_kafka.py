@@ -27,6 +27,11 @@ ConsumerGroupHeartbeat in ApiVersions but answers it with UNSUPPORTED_VERSION. c
 session cluster of each kind, `apache_kafka` and `apache_kafka_classic`, each started on first use
 only.
 
+With `secure=True` every broker also has a SASL_SSL listener (`secure_bootstrap`): a certificate
+for 127.0.0.1 from a CA made for the cluster (`ca_file`), and the user `SASL_USER` with
+`SASL_PASSWORD` for PLAIN (in the listener's JAAS config) and for SCRAM-SHA-256 and -512 (stored
+at format time, `kafka-storage format --add-scram`). Brokers still talk to each other in plaintext.
+
 Every broker is stopped by its PID (SIGTERM, then SIGKILL), and is registered in conftest's
 `_LIVE` so that an interrupted run leaves no JVM behind; a broker also dies with the process
 that started it (PR_SET_PDEATHSIG), should that process be killed outright.
@@ -50,6 +55,9 @@ KAFKA_VERSION = "4.4.0"
 DEFAULT_LIBS = REPO / ".cache" / f"kafka-{KAFKA_VERSION}" / "libs"
 # Written by scripts/test.sh once every jar of tests/kafka/pom.xml is in the directory.
 COMPLETE_MARKER = ".complete"
+
+SASL_USER = "corral"
+SASL_PASSWORD = "corral-upstream-secret"
 
 HEAP = "-Xmx768m"
 START_TIMEOUT_S = 120.0
@@ -139,6 +147,7 @@ class KafkaBroker:
         self.log_path = workdir / "broker.log"
         self.port = 0
         self.controller_port = 0
+        self.secure_port = 0
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -179,8 +188,19 @@ class ApacheKafkaCluster:
     test left down.
     """
 
-    def __init__(self, workdir: Path, live: dict | None = None, size: int = 3, rebalance_protocols: str | None = None, libs: Path | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        live: dict | None = None,
+        size: int = 3,
+        rebalance_protocols: str | None = None,
+        libs: Path | None = None,
+        secure: bool = False,
+    ):
         self.workdir = workdir
+        self.secure = secure
+        # The CA of the SASL_SSL listeners' certificate (secure=True).
+        self.ca_file = workdir / "tls" / "ca.pem"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.libs = libs or kafka_libs()
         self.live = live if live is not None else {}
@@ -201,15 +221,37 @@ class ApacheKafkaCluster:
     def ports(self) -> list[int]:
         return [b.port for b in self.brokers]
 
+    @property
+    def secure_bootstrap(self) -> str:
+        assert self.secure, "the cluster has no SASL_SSL listener"
+        return ",".join(f"127.0.0.1:{b.secure_port}" for b in self.brokers)
+
     def log_tails(self, lines: int = 60) -> str:
         return "\n\n".join(f"---- broker {b.index} (node {b.node_id}) {b.log_path}:\n{b.log_tail(lines)}" for b in self.brokers)
 
     # --- configuration ---------------------------------------------------------------------
 
     def _assign_ports(self) -> None:
-        ports = free_ports(2 * len(self.brokers))
+        ports = free_ports(3 * len(self.brokers))
         for i, b in enumerate(self.brokers):
-            b.port, b.controller_port = ports[2 * i], ports[2 * i + 1]
+            b.port, b.controller_port, b.secure_port = ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]
+
+    def _make_certificate(self) -> Path:
+        """The SASL_SSL listeners' certificate for 127.0.0.1 and its key, in one PEM file as
+        Kafka's PEM keystore wants it (the key unencrypted PKCS#8); the CA in `ca_file`."""
+        import trustme
+        from cryptography.hazmat.primitives import serialization
+
+        directory = self.ca_file.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), password=None)
+        pkcs8 = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        keystore = directory / "broker.pem"
+        keystore.write_bytes(pkcs8 + b"".join(c.bytes() for c in cert.cert_chain_pems))
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        return keystore
 
     def _write_config(self, b: KafkaBroker) -> None:
         voters = ",".join(f"{o.node_id}@127.0.0.1:{o.controller_port}" for o in self.brokers)
@@ -245,6 +287,21 @@ class ApacheKafkaCluster:
         }
         if self.rebalance_protocols is not None:
             props["group.coordinator.rebalance.protocols"] = self.rebalance_protocols
+        if self.secure:
+            jaas = "org.apache.kafka.common.security"
+            props["listeners"] += f",SASL_SSL://127.0.0.1:{b.secure_port}"
+            props["advertised.listeners"] += f",SASL_SSL://127.0.0.1:{b.secure_port}"
+            props["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+            props |= {
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": f'{jaas}.plain.PlainLoginModule required user_{SASL_USER}="{SASL_PASSWORD}";',
+                "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"{jaas}.scram.ScramLoginModule required;",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{jaas}.scram.ScramLoginModule required;",
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": self.workdir / "tls" / "broker.pem",
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": self.ca_file,
+            }
         b.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def _java(self, *args: str, heap: str = HEAP) -> list[str]:
@@ -268,6 +325,9 @@ class ApacheKafkaCluster:
             # KIP-848 is also a feature level (KIP-1022): off at 0, when ApiVersions does not
             # advertise ConsumerGroupHeartbeat (the config alone still advertises it in 4.4).
             args += ["--feature", "group.version=0"]
+        if self.secure:
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                args += ["--add-scram", f"{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]"]
         out = subprocess.run(
             self._java("kafka.tools.StorageTool", *args, heap="-Xmx256m"),
             stdin=subprocess.DEVNULL,
@@ -296,6 +356,8 @@ class ApacheKafkaCluster:
         began = time.monotonic()
         for attempt in (1, 2):
             self._assign_ports()
+            if self.secure:
+                self._make_certificate()
             for b in self.brokers:
                 if b.data_dir.exists():
                     subprocess.run(["rm", "-rf", str(b.data_dir)], check=True)

@@ -355,7 +355,9 @@ _KAFKA_CLUSTERS: dict[str, object] = {}
 def _session_kafka(tmp_path_factory, name: str):
     from apache_kafka import ApacheKafkaCluster
 
-    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp(name), live=_LIVE, rebalance_protocols=_KAFKA_KINDS[name])
+    # The cluster behind corral's upstream role also has a SASL_SSL listener (test_upstream_security.py).
+    secure = name == "apache_kafka_classic"
+    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp(name), live=_LIVE, rebalance_protocols=_KAFKA_KINDS[name], secure=secure)
     _KAFKA_CLUSTERS[name] = cluster
     try:
         cluster.start_all()

@@ -167,10 +167,20 @@ def test_second_server_on_the_same_data_dir_is_refused(corral, corral_bin):
             '  { id = 1, raft = "127.0.0.1:9294", kafka = "127.0.0.1:9192" },\n]\n',
             "cluster.secret",
         ),
+        (
+            '[storage]\nbackend = "upstream"\n[upstream]\nbootstrap = ["127.0.0.1:9092"]\n[upstream.security]\nprotocol = "SSL"\n',
+            "upstream.security",
+        ),
+        (
+            '[storage]\nbackend = "upstream"\n[upstream]\nbootstrap = ["127.0.0.1:9092"]\n[upstream.security]\n'
+            'protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "SCRAM-SHA-256"\nsasl_username = "corral"\n'
+            'sasl_password_file = "/nonexistent/password"\n',
+            "upstream.security",
+        ),
     ],
     ids=["tls-no-cert", "sasl-no-credentials", "cert-missing", "credentials-missing", "mechanism", "client-auth-plaintext",
          "protocol-name", "listener-name-twice", "client-auth-no-ca", "admin-client-auth-no-tls", "admin-tls-no-cert",
-         "raft-tls-no-ca", "cluster-no-secret-no-tls"],
+         "raft-tls-no-ca", "cluster-no-secret-no-tls", "upstream-ssl-no-ca", "upstream-password-file-missing"],
 )
 def test_check_config_names_the_security_key(corral_bin, tmp_path, text, key):
     cfg = tmp_path / "bad.toml"
