@@ -110,8 +110,8 @@ class SecureCorral:
         return f"127.0.0.1:{self.ports[listener]}"
 
 
-def start_secure_corral(corral_factory, corral_bin: Path, directory: Path, extra: str = "") -> SecureCorral:
-    certs = make_certificates(directory / "tls")
+def start_secure_corral(corral_factory, corral_bin: Path, directory: Path, extra: str = "", certs: Certificates | None = None) -> SecureCorral:
+    certs = certs or make_certificates(directory / "tls")
     credentials = make_credentials(corral_bin, directory / "users.toml")
     server = corral_factory(config=config_text(certs, credentials, extra))
     return SecureCorral(server, certs, credentials)

@@ -285,3 +285,35 @@ def test_reauthentication(corral_factory, corral_bin, tmp_path):
     assert authentications >= first[0] + 3, (first, authentications)
     assert accepted == first[1], "re-authentication opened new connections instead"
     assert metric_sum(secure.server, "corral_connections_closed_total", reason="unauthenticated") == 0
+
+
+def test_a_client_certificate_is_the_principal_acls_name(corral_factory, corral_bin, tmp_path):
+    """On the MTLS listener the principal is the certificate's subject as RFC 4514 writes it (the
+    form Kafka's default principal builder gives, e.g. User:CN=app1,OU=...,O=...): a rule naming
+    it lets the client write its topics and nothing else."""
+    from cryptography import x509
+
+    from security import make_certificates
+
+    certs = make_certificates(tmp_path / "tls")
+    subject = x509.load_pem_x509_certificate(certs.client_cert.read_bytes()).subject.rfc4514_string()
+    rules = f"""
+[authorization]
+rules = [{{ principal = 'User:{subject}', resource = "topic", prefix = "app1-", operations = ["all"] }}]
+"""
+    secure = start_secure_corral(corral_factory, corral_bin, tmp_path, extra=rules, certs=certs)
+    mtls = confluent_config(secure, "MTLS")
+
+    def produce(config: dict, topic: str):
+        results = []
+        producer = Producer({**config, "message.timeout.ms": 10000})
+        producer.produce(topic, b"v", on_delivery=lambda err, msg: results.append(err))
+        producer.flush(20)
+        return results
+
+    assert produce(mtls, f"app1-{uuid.uuid4().hex[:8]}") == [None]
+    [denied] = produce(mtls, f"other-{uuid.uuid4().hex[:8]}")
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, denied
+    # The same topics over SASL as alice, whom no rule names: refused.
+    [denied] = produce(confluent_config(secure, "SASL_SSL", "SCRAM-SHA-256"), f"app1-{uuid.uuid4().hex[:8]}")
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, denied
