@@ -8,7 +8,9 @@
 //!   and each server's CPU and memory, as JSON and a Markdown table (`scripts/bench.sh` runs it).
 //! - `suite`: starts corral, runs every scenario, prints the table and the target ratios
 //!   (`suite --groups`: the consumer-group suite instead).
-//! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback).
+//! - `produce`, `fetch`, `loopback`: one scenario against any server (or none, for loopback);
+//!   `produce` and `fetch` speak TLS and SASL when asked (`--tls-ca-file`, `--sasl-mechanism`).
+//! - `connect`: what a new connection costs until ApiVersions is answered (TCP, TLS, SASL).
 //! - `commits`: starts corral (default config: every coordinator record fsynced through its Raft
 //!   log before the answer) and measures durable offset commits, one committer and many, against
 //!   the fsync latency of the filesystem its data is on; `--nodes 3` also on a 3-node cluster.
@@ -27,6 +29,8 @@
 mod cluster;
 #[path = "bench/compare.rs"]
 mod compare;
+#[path = "bench/connect.rs"]
+mod connect;
 #[path = "bench/durable_commits.rs"]
 mod durable_commits;
 #[path = "bench/fetch.rs"]
@@ -53,6 +57,8 @@ mod mux;
 mod partitions;
 #[path = "bench/produce.rs"]
 mod produce;
+#[path = "bench/secure.rs"]
+mod secure;
 #[path = "bench/server.rs"]
 mod server;
 #[path = "bench/stats.rs"]
@@ -94,6 +100,9 @@ enum Command {
     Fetch(FetchArgs),
     /// Measure the loopback TCP limit with the fetch reader's code path.
     Loopback(LoopbackArgs),
+    /// Open connections one at a time and time each until ApiVersions is answered (after the
+    /// TLS handshake and SASL authentication when they are asked for).
+    Connect(ConnectArgs),
     /// Consumer-group scenarios: simulated members of classic and KIP-848 groups.
     Groups(GroupsArgs),
     /// Start corral with its default config and measure durable offset commits (one committer,
@@ -550,6 +559,8 @@ struct ProduceArgs {
     shape: Shape,
     #[command(flatten)]
     timing: Timing,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Debug, Args)]
@@ -571,6 +582,63 @@ struct FetchArgs {
     shape: Shape,
     #[command(flatten)]
     timing: Timing,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+/// TLS and SASL of the client connections (plain TCP without SASL by default).
+#[derive(Debug, Clone, Args)]
+struct SecurityArgs {
+    /// Speak TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls_ca_file: Option<PathBuf>,
+    /// Name the server's certificate must carry (default: the IP address connected to).
+    #[arg(long, requires = "tls_ca_file")]
+    tls_server_name: Option<String>,
+    /// Let the client resume TLS sessions; without it each connection makes a full handshake.
+    #[arg(long, requires = "tls_ca_file")]
+    tls_resumption: bool,
+    /// Authenticate with SASL right after connecting: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, requires_all = ["sasl_username", "sasl_password"])]
+    sasl_mechanism: Option<String>,
+    #[arg(long, requires = "sasl_mechanism")]
+    sasl_username: Option<String>,
+    #[arg(long, requires = "sasl_mechanism")]
+    sasl_password: Option<String>,
+}
+
+impl SecurityArgs {
+    fn security(&self) -> Result<secure::Security> {
+        secure::Security::new(&secure::SecurityOpts {
+            tls_ca_file: self.tls_ca_file.as_deref(),
+            tls_server_name: self.tls_server_name.as_deref(),
+            tls_resumption: self.tls_resumption,
+            sasl_mechanism: self.sasl_mechanism.as_deref(),
+            sasl_username: self.sasl_username.as_deref(),
+            sasl_password: self.sasl_password.as_deref(),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+struct ConnectArgs {
+    /// Address of the Kafka listener.
+    #[arg(long)]
+    bootstrap: SocketAddr,
+    /// Connections timed per repetition.
+    #[arg(long, default_value_t = 500)]
+    count: usize,
+    /// Untimed connections before each repetition.
+    #[arg(long, default_value_t = 20)]
+    warmup_count: usize,
+    /// Repetitions; the median of their medians is reported.
+    #[arg(long, default_value_t = 1)]
+    reps: usize,
+    /// Pid of the server, to report its CPU time per connection.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Debug, Args)]
@@ -596,6 +664,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => produce_command(args),
         Command::Fetch(args) => fetch_command(args),
         Command::Loopback(args) => loopback_command(args),
+        Command::Connect(args) => connect_command(args),
         Command::Groups(args) => groups_command(args),
         Command::Commits(args) => commits_command(args),
         Command::Partitions(args) => partitions_command(args),
@@ -747,9 +816,10 @@ fn suite_command(args: SuiteArgs) -> Result<()> {
 
 fn produce_command(args: ProduceArgs) -> Result<()> {
     let rt = runtime()?;
+    let security = args.security.security()?;
     rt.block_on(async {
         if let Some(partitions) = args.create {
-            let mut admin = kafka::KafkaConn::connect(args.bootstrap, args.shape.socket()).await?;
+            let mut admin = kafka::KafkaConn::connect_with(args.bootstrap, args.shape.socket(), &security).await?;
             kafka::create_topic(&mut admin, &args.topic, partitions, &[]).await?;
         }
         let opts = produce::ProduceOpts {
@@ -764,10 +834,18 @@ fn produce_command(args: ProduceArgs) -> Result<()> {
             total_bytes: args.bytes,
             socket: args.shape.socket(),
             server_pid: args.server_pid,
+            security,
         };
         println!(
-            "produce to {} at {}: {} B records x {} per batch, {} connections, {} in flight each, acks={}",
-            args.topic, args.bootstrap, opts.record_size, opts.batch_records, opts.connections, opts.in_flight, opts.acks
+            "produce to {} at {} over {}: {} B records x {} per batch, {} connections, {} in flight each, acks={}",
+            args.topic,
+            args.bootstrap,
+            opts.security.describe(),
+            opts.record_size,
+            opts.batch_records,
+            opts.connections,
+            opts.in_flight,
+            opts.acks
         );
         let reps = if args.bytes.is_some() { 1 } else { args.timing.reps.max(1) };
         let mut series = Series::default();
@@ -794,10 +872,16 @@ fn fetch_command(args: FetchArgs) -> Result<()> {
             one_pass: true,
             socket: args.shape.socket(),
             server_pid: args.server_pid,
+            security: args.security.security()?,
         };
         println!(
-            "fetch {}-{} from {}: {} B fetches, SO_RCVBUF {}",
-            args.topic, args.partition, args.bootstrap, opts.fetch_bytes, args.shape.rcvbuf
+            "fetch {}-{} from {} over {}: {} B fetches, SO_RCVBUF {}",
+            args.topic,
+            args.partition,
+            args.bootstrap,
+            opts.security.describe(),
+            opts.fetch_bytes,
+            args.shape.rcvbuf
         );
         if !args.no_warm_pass {
             let m = fetch::run(args.bootstrap, &opts).await?;
@@ -838,6 +922,49 @@ fn loopback_command(args: LoopbackArgs) -> Result<()> {
         }
         summary(&series);
     }
+    Ok(())
+}
+
+fn connect_command(args: ConnectArgs) -> Result<()> {
+    let rt = runtime()?;
+    let opts = connect::ConnectOpts {
+        count: args.count.max(1),
+        warmup: args.warmup_count,
+        security: args.security.security()?,
+        server_pid: args.server_pid,
+    };
+    println!(
+        "connect to {} over {}: {} connections, one at a time, each until ApiVersions is answered",
+        args.bootstrap,
+        opts.security.describe(),
+        opts.count
+    );
+    let mut runs = Vec::new();
+    for rep in 0..args.reps.max(1) {
+        let r = rt.block_on(connect::run(args.bootstrap, &opts))?;
+        let cpu = r.server_cpu_ms_per_connection().map_or(String::new(), |ms| format!(", server CPU {ms:.3} ms/connection"));
+        println!(
+            "  run {}: p50 {:.3} ms, p99 {:.3} ms, {:.1} connections/s{cpu}",
+            rep + 1,
+            r.quantile_ms(0.5),
+            r.quantile_ms(0.99),
+            r.per_second()
+        );
+        runs.push(r);
+    }
+    let median = |f: &dyn Fn(&connect::ConnectResult) -> Option<f64>| {
+        let mut v: Vec<f64> = runs.iter().filter_map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let cpu = median(&|r| r.server_cpu_ms_per_connection()).map_or(String::new(), |ms| format!(", server CPU {ms:.3} ms/connection"));
+    println!(
+        "  median p50 {:.3} ms, p99 {:.3} ms, {:.1} connections/s{cpu} over {} runs",
+        median(&|r| Some(r.quantile_ms(0.5))).unwrap_or(0.0),
+        median(&|r| Some(r.quantile_ms(0.99))).unwrap_or(0.0),
+        median(&|r| Some(r.per_second())).unwrap_or(0.0),
+        runs.len()
+    );
     Ok(())
 }
 

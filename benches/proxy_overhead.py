@@ -22,7 +22,6 @@ round and the added latency (through minus direct).
 
 import argparse
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -32,16 +31,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from driver import bench, free_port, mbps
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from apache_kafka import ApacheKafkaCluster, corral_upstream_config  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -49,15 +46,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench(args, *argv) -> str:
-    out = subprocess.run([args.bench, *argv], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"corral-bench {' '.join(argv)} failed:\n{out.stdout}{out.stderr}")
-    return out.stdout
 
 
-def mbps(text: str) -> float:
-    return float(re.search(r"median ([\d.]+) MB/s", text).group(1))
 
 
 def produce_mbps(args, bootstrap: str, topic: str) -> float:

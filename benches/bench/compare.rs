@@ -372,6 +372,7 @@ async fn scenarios(name: &'static str, server: &ManagedServer, opts: &AllOpts, s
             total_bytes: None,
             socket: SocketOpts { rcvbuf: 0 },
             server_pid: pid,
+            security: Default::default(),
         };
         let cell = measured(server, async {
             let m = produce::run(addr, &produce).await?;
@@ -450,6 +451,7 @@ async fn fetch_cell(server: &ManagedServer, scale: &Scale, fill: bool) -> Result
             total_bytes: Some(scale.fill_bytes),
             socket: SocketOpts { rcvbuf: 0 },
             server_pid: None,
+            security: Default::default(),
         };
         produce::run(addr, &fill).await?;
     }
@@ -462,6 +464,7 @@ async fn fetch_cell(server: &ManagedServer, scale: &Scale, fill: bool) -> Result
         one_pass,
         socket: SocketOpts { rcvbuf: 4 << 20 },
         server_pid: server.pid(),
+        security: Default::default(),
     };
     // One untimed pass first, so that the data is in the page cache for every path alike.
     fetch::run(addr, &read(true, Duration::ZERO, Duration::MAX)).await?;
@@ -657,6 +660,7 @@ async fn drain(addr: SocketAddr, opts: &AllOpts, scale: &Scale, admin: &mut Kafk
         total_bytes: Some(batches * batch_len),
         socket: SocketOpts { rcvbuf: 0 },
         server_pid: None,
+        security: Default::default(),
     };
     produce::run(addr, &fill).await?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/clients/drain.py");

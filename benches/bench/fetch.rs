@@ -15,6 +15,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::FetchRequest;
 
 use crate::kafka::{self, error_name, KafkaConn, PartitionSkim};
+use crate::secure::Security;
 use crate::stats::{cpu_probe, Measurement, Window};
 use crate::wire::SocketOpts;
 
@@ -36,11 +37,13 @@ pub(crate) struct FetchOpts {
     pub(crate) socket: SocketOpts,
     /// The server's pid, when it runs on this machine: its CPU time is measured too.
     pub(crate) server_pid: Option<u32>,
+    /// TLS and SASL of the connection (plain TCP by default).
+    pub(crate) security: Security,
 }
 
 /// Reads the partition for the configured time and returns what was measured.
 pub(crate) async fn run(bootstrap: SocketAddr, opts: &FetchOpts) -> Result<Measurement> {
-    let mut conn = KafkaConn::connect(bootstrap, opts.socket).await?;
+    let mut conn = KafkaConn::connect_with(bootstrap, opts.socket, &opts.security).await?;
     let leader = kafka::partitions(&mut conn, bootstrap, &opts.topic)
         .await?
         .into_iter()
@@ -48,7 +51,7 @@ pub(crate) async fn run(bootstrap: SocketAddr, opts: &FetchOpts) -> Result<Measu
         .with_context(|| format!("topic {} has no partition {}", opts.topic, opts.partition))?
         .leader;
     if leader != bootstrap {
-        conn = KafkaConn::connect(leader, opts.socket).await?;
+        conn = KafkaConn::connect_with(leader, opts.socket, &opts.security).await?;
     }
     let version = conn.version::<FetchRequest>(PREFERRED_VERSION)?;
 

@@ -30,7 +30,8 @@ use kafka_protocol::ResponseError;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::wire::{self, Cursor, FrameReader, SocketOpts};
+use crate::secure::{BenchStream, Security};
+use crate::wire::{Cursor, FrameReader, SocketOpts};
 
 /// Largest response frame accepted: Kafka's default socket.request.max.bytes, far above any
 /// response the scenarios ask for.
@@ -54,7 +55,9 @@ struct Sent {
 /// [`KafkaConn::recv_raw`] checks against the correlation ids it handed out.
 #[derive(Debug)]
 pub(crate) struct KafkaConn {
-    stream: TcpStream,
+    stream: BenchStream,
+    /// How this connection was secured: connections it opens to other brokers are secured alike.
+    security: Security,
     frames: FrameReader,
     client_id: StrBytes,
     next_correlation_id: i32,
@@ -77,11 +80,18 @@ pub(crate) struct RawResponse<'a> {
 pub(crate) type VersionRanges = HashMap<i16, (i16, i16)>;
 
 impl KafkaConn {
-    /// Connects and negotiates API versions.
+    /// Connects over plain TCP and negotiates API versions.
     pub(crate) async fn connect(addr: SocketAddr, opts: SocketOpts) -> Result<KafkaConn> {
-        let stream = wire::connect(addr, opts).await.with_context(|| format!("cannot connect to {addr}"))?;
+        KafkaConn::connect_with(addr, opts, &Security::default()).await
+    }
+
+    /// Connects, secures the connection as `security` says (TLS handshake, SASL
+    /// authentication), then negotiates API versions.
+    pub(crate) async fn connect_with(addr: SocketAddr, opts: SocketOpts, security: &Security) -> Result<KafkaConn> {
+        let stream = security.connect(addr, opts).await?;
         let mut conn = KafkaConn {
             stream,
+            security: security.clone(),
             frames: FrameReader::default(),
             client_id: StrBytes::from_static_str("corral-bench"),
             next_correlation_id: 1,
@@ -89,6 +99,7 @@ impl KafkaConn {
             versions: HashMap::new(),
             encode_buf: BytesMut::with_capacity(4096),
         };
+        security.login(&mut conn).await.with_context(|| format!("SASL with {addr}"))?;
         conn.negotiate().await.with_context(|| format!("ApiVersions with {addr}"))?;
         Ok(conn)
     }
@@ -105,7 +116,7 @@ impl KafkaConn {
         if !self.in_flight.is_empty() {
             bail!("{} requests still in flight", self.in_flight.len());
         }
-        Ok((self.stream, self.versions))
+        Ok((self.stream.into_plain()?, self.versions))
     }
 
     async fn negotiate(&mut self) -> Result<()> {
@@ -150,6 +161,8 @@ impl KafkaConn {
         let correlation_id = self.next_correlation_id();
         let frame = self.encode(version, correlation_id, request)?;
         self.stream.write_all(&frame).await?;
+        // TLS may keep the end of the request in rustls's buffer; plain TCP flushes nothing.
+        self.stream.flush().await?;
         self.in_flight.push_back(Sent { correlation_id, api_key: R::KEY, version });
         Ok(correlation_id)
     }
@@ -167,6 +180,7 @@ impl KafkaConn {
         // Every request header version starts with api_key (2), api_version (2), correlation_id.
         request.frame[8..12].copy_from_slice(&correlation_id.to_be_bytes());
         self.stream.write_all(&request.frame).await?;
+        self.stream.flush().await?;
         self.in_flight.push_back(Sent { correlation_id, api_key: request.api_key, version: request.version });
         Ok(correlation_id)
     }
@@ -200,7 +214,7 @@ impl KafkaConn {
         R::Response::decode(&mut body, raw.version).with_context(|| format!("decoding {} v{} response", api_name(R::KEY), raw.version))
     }
 
-    async fn call_at<R: Request>(&mut self, version: i16, request: &R) -> Result<R::Response> {
+    pub(crate) async fn call_at<R: Request>(&mut self, version: i16, request: &R) -> Result<R::Response> {
         self.send(version, request).await?;
         self.recv::<R>().await
     }
@@ -365,7 +379,7 @@ pub(crate) async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, parti
             let (_, response) = if *leader == here {
                 conn.call(7, &request).await?
             } else {
-                KafkaConn::connect(*leader, SocketOpts { rcvbuf: 0 }).await?.call(7, &request).await?
+                KafkaConn::connect_with(*leader, SocketOpts { rcvbuf: 0 }, &conn.security).await?.call(7, &request).await?
             };
             let answered: Vec<_> = response.topics.iter().flat_map(|t| &t.partitions).collect();
             failing = failing.or(answered.iter().find(|p| p.error_code != 0).map(|p| p.error_code));

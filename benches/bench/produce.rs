@@ -16,6 +16,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::ProduceRequest;
 
 use crate::kafka::{self, error_name, KafkaConn, PartitionInfo, PreparedRequest};
+use crate::secure::Security;
 use crate::stats::{cpu_probe, Measurement, Window};
 use crate::wire::SocketOpts;
 
@@ -40,6 +41,8 @@ pub(crate) struct ProduceOpts {
     pub(crate) socket: SocketOpts,
     /// The server's pid, when it runs on this machine: its CPU time is measured too.
     pub(crate) server_pid: Option<u32>,
+    /// TLS and SASL of every connection (plain TCP by default).
+    pub(crate) security: Security,
 }
 
 /// State shared by the connections of one run (they all run on one task).
@@ -73,7 +76,7 @@ pub(crate) async fn run(bootstrap: SocketAddr, opts: &ProduceOpts) -> Result<Mea
     if opts.acks == 0 {
         bail!("acks=0 has no responses to time; use 1 or -1");
     }
-    let mut admin = KafkaConn::connect(bootstrap, opts.socket).await?;
+    let mut admin = KafkaConn::connect_with(bootstrap, opts.socket, &opts.security).await?;
     let partitions = kafka::partitions(&mut admin, bootstrap, &opts.topic).await?;
     drop(admin);
     if partitions.is_empty() {
@@ -103,7 +106,7 @@ pub(crate) async fn run(bootstrap: SocketAddr, opts: &ProduceOpts) -> Result<Mea
         } else {
             vec![&partitions[i % partitions.len()]]
         };
-        let mut conn = KafkaConn::connect(mine[0].leader, opts.socket).await?;
+        let mut conn = KafkaConn::connect_with(mine[0].leader, opts.socket, &opts.security).await?;
         let version = conn.version::<ProduceRequest>(PREFERRED_VERSION)?;
         let requests = mine
             .iter()

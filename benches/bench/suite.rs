@@ -148,6 +148,7 @@ pub(crate) fn run(opts: &SuiteOpts) -> Result<()> {
         one_pass,
         socket: opts.socket,
         server_pid: server.pid(),
+        security: Default::default(),
     };
     let produce_opts = |server: &ManagedServer, topic: &str| ProduceOpts {
         topic: topic.into(),
@@ -161,6 +162,7 @@ pub(crate) fn run(opts: &SuiteOpts) -> Result<()> {
         total_bytes: None,
         socket: opts.socket,
         server_pid: server.pid(),
+        security: Default::default(),
     };
 
     // Phase 1, on the sendfile server: produce, then fill the partition fetch reads.

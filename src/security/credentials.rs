@@ -149,11 +149,14 @@ impl User {
         }
     }
 
-    /// SASL/PLAIN: checks the password against the strongest credential the user has.
+    /// SASL/PLAIN: checks the password against one of the user's credentials, SHA-256's when
+    /// there is one: either proves the password, and the PBKDF2 of SHA-256 runs about four times
+    /// as fast where the CPU has SHA-256 instructions (4.5 ms of a shard's time per login with
+    /// SHA-512 at 4096 iterations, BENCHMARKS.md).
     pub fn password_matches(&self, password: &[u8]) -> bool {
-        match (&self.sha512, &self.sha256) {
-            (Some(c), _) => c.matches(ScramHash::Sha512, password),
-            (None, Some(c)) => c.matches(ScramHash::Sha256, password),
+        match (&self.sha256, &self.sha512) {
+            (Some(c), _) => c.matches(ScramHash::Sha256, password),
+            (None, Some(c)) => c.matches(ScramHash::Sha512, password),
             (None, None) => false,
         }
     }
