@@ -181,32 +181,37 @@ pub(crate) async fn dispatch(
         return (entry.handle)(services.clone(), ctx, frame).await;
     }
     // The request-time quota counts the shard time the request takes: its first stage, and
-    // each poll of the rest.
+    // each poll of the rest. Over the quota, the connection is muted and the response reports
+    // the throttle (where its throttle_time_ms is the body's first field, protocol/throttle.rs).
     let started = std::time::Instant::now();
+    let (api, version, header_version) = (ctx.api_key, ctx.api_version, ctx.response_header_version());
     let account = (ctx.principal(), ctx.client_id.as_deref().unwrap_or_default().to_string(), ctx.security.clone());
     let handled = (entry.handle)(services.clone(), ctx, frame).await?;
     let first_stage = started.elapsed();
-    let record = move |spent: std::time::Duration| {
+    let record = move |reply: Reply, spent: std::time::Duration| {
         let (principal, client_id, security) = account;
         let throttle = node.quotas.record(QuotaKind::Request, &principal, &client_id, spent.as_secs_f64() * 1000.0);
-        if let Some(security) = security.filter(|_| !throttle.is_zero()) {
+        if throttle.is_zero() {
+            return reply;
+        }
+        if let Some(security) = security {
             security.mute(throttle);
         }
+        let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+        crate::protocol::throttle::report(reply, api, version, header_version, throttle_ms)
     };
     Ok(match handled {
-        Handled::Now(reply) => {
-            record(first_stage);
-            Handled::Now(reply)
-        }
+        Handled::Now(reply) => Handled::Now(record(reply, first_stage)),
         Handled::Later(rest) => Handled::Later(Box::pin(PollTimed { inner: rest, spent: first_stage, done: Some(Box::new(record)) })),
     })
 }
 
-/// A handler's second stage that adds up the time its polls take, and reports it when done.
+/// A handler's second stage that adds up the time its polls take, and reports it with the reply
+/// when done (which may change the reply).
 struct PollTimed {
     inner: LocalBoxFuture<'static, Reply>,
     spent: std::time::Duration,
-    done: Option<Box<dyn FnOnce(std::time::Duration)>>,
+    done: Option<Box<dyn FnOnce(Reply, std::time::Duration) -> Reply>>,
 }
 
 impl std::future::Future for PollTimed {
@@ -216,12 +221,13 @@ impl std::future::Future for PollTimed {
         let started = std::time::Instant::now();
         let polled = self.inner.as_mut().poll(cx);
         self.spent += started.elapsed();
-        if polled.is_ready() {
-            if let Some(done) = self.done.take() {
-                done(self.spent);
-            }
+        match polled {
+            std::task::Poll::Ready(reply) => match self.done.take() {
+                Some(done) => std::task::Poll::Ready(done(reply, self.spent)),
+                None => std::task::Poll::Ready(reply),
+            },
+            pending => pending,
         }
-        polled
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod fetch_response;
 pub mod old_versions;
+pub mod throttle;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};

@@ -1,14 +1,18 @@
-"""Client quotas ([quotas]) with confluent-kafka: produce and fetch byte rates per principal.
+"""Client quotas ([quotas]) with confluent-kafka: produce and fetch byte rates per principal; the
+request-time share per client id, with raw Metadata requests.
 
 `alice` has a produce and a fetch quota of QUOTA bytes per second; `bob` has none. Over a few
 seconds of producing (and then consuming) as fast as librdkafka can, alice is throttled —
 librdkafka reports the broker's throttle_time_ms through its throttle callback — and the rate
 her requests are served at stays near the quota; bob, on the same node at the same time, is
-never throttled. The windows are short (5 × 200 ms) so the rate settles within the test.
+never throttled. The windows are short (5 × 200 ms) so the rate settles within the test. A
+client id with a tiny share of request time gets Metadata responses whose throttle_time_ms is
+above zero (and waits that long before its next request is read); another client id does not.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 
@@ -16,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import kafkawire as kw
 from security import SaslNode
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -130,3 +135,35 @@ def test_fetch_quota_throttles_the_consumer(node):
     consumer.close()
     assert throttles and max(throttles) > 0, "the consumer was never throttled"
     assert rate_after(received, 1.0) <= QUOTA * 1.5, rate_after(received, 1.0)
+
+
+def metadata_throttles(port: int, client_id: str, requests: int) -> list[int]:
+    """throttle_time_ms of `requests` Metadata v4 requests, one after the other, as `client_id`."""
+    throttles = []
+    conn = kw.Conn(f"127.0.0.1:{port}")
+    try:
+        for corr in range(1, requests + 1):
+            conn.send(kw.request(kw.API_METADATA, 4, corr, kw.array([]) + b"\x00", client_id=client_id))
+            frame = conn.recv_frame()
+            correlation, throttle = struct.unpack(">ii", frame[:8])
+            assert correlation == corr
+            throttles.append(throttle)
+    finally:
+        conn.close()
+    return throttles
+
+
+def test_request_time_quota_reports_its_throttle(corral_factory):
+    server = corral_factory(
+        config="""
+[quotas]
+window_ms = 200
+windows = 5
+entries = [{ client_id = "greedy", request_percentage = 0.01 }]
+"""
+    )
+    greedy = metadata_throttles(server.kafka_port, "greedy", 40)
+    assert max(greedy) > 0, greedy
+    assert metadata_throttles(server.kafka_port, "modest", 40) == [0] * 40
+    status, body = server.http_get("/metrics")
+    assert 'corral_quota_throttles_total{quota="request"}' in body
