@@ -447,6 +447,18 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
             server_cpu: cpu,
             ..EventRun::default()
         });
+        // The join and leave above each came right after a change, so their target waited out
+        // the assignment interval. A group settled for longer than the interval (2 s of steady
+        // state above) has its target computed at once.
+        let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
+        let run = EventRun::consumer(&join, cpu);
+        progress(&format!("KIP-848 {}x{} join, settled {tag}", topics, opts.partitions_per_topic), &run, None);
+        results.row("multi_consumer_join_settled", "  one joins a group settled past the assignment interval").runs.push(run);
+        tokio::time::sleep(Duration::from_millis(opts.consumer_assignment_interval_ms + 500)).await;
+        let (leave, cpu) = with_cpu(pid, group.leave_one(timeout)).await?;
+        let run = EventRun::consumer(&leave, cpu);
+        progress(&format!("KIP-848 {}x{} leave, settled {tag}", topics, opts.partitions_per_topic), &run, None);
+        results.row("multi_consumer_leave_settled", "  one leaves a group settled past the assignment interval").runs.push(run);
         group.stop().await?;
 
         migration(opts, &ids, &lanes, pid, rep, results).await?;

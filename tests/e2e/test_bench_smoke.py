@@ -32,7 +32,8 @@ def test_groups_suite_quick(tmp_path):
     )
     rebalances = results["rebalances"]
     for name in ["classic_start", "classic_leave_hb", "classic_leave_now", "multi_classic_start", "multi_classic_join",
-                 "multi_classic_leave", "multi_consumer_start", "multi_consumer_join", "multi_consumer_leave"]:
+                 "multi_classic_leave", "multi_consumer_start", "multi_consumer_join", "multi_consumer_leave",
+                 "multi_consumer_join_settled", "multi_consumer_leave_settled"]:
         assert positive(rebalances[name]["median_total_ms"]), (name, rebalances[name])
     # Tiny groups may fit in memory the allocator already holds: a number, not necessarily > 0.
     assert math.isfinite(results["idle_members"]["bytes_per_member_rss"])
