@@ -221,9 +221,10 @@ nodes = [
             assert time.monotonic() < deadline, f"nodes disagree on {topic}: {seen}"
             time.sleep(0.05)
 
-    def create_topic(self, topic: str, partitions: int, via: int = 0) -> list[int]:
+    def create_topic(self, topic: str, partitions: int, via: int = 0, among: list[int] | None = None) -> list[int]:
         """Creates a topic by a raw CreateTopics sent to node `via` (whichever node leads the
-        metadata group), waits until every node has it, and returns its partitions' leaders."""
+        metadata group), waits until every node in `among` (all by default) has it, and returns
+        its partitions' leaders."""
         conn = Conn(f"127.0.0.1:{self.kafka[via]}")
         try:
             conn.send(create_topics_v2(1, topic, partitions))
@@ -231,7 +232,7 @@ nodes = [
         finally:
             conn.close()
         assert errors == {topic: 0}, errors
-        return self.wait_for_topic(topic, partitions)
+        return self.wait_for_topic(topic, partitions, among=among)
 
 
 def refused_count(server) -> float:

@@ -165,13 +165,7 @@ def test_a_node_that_was_down_catches_up_on_topic_changes(cluster):
     for future in conn_admin.delete_topics([dropped]).values():
         future.result(30)
     # Created while node 2 is down: its partitions placed on node 2 are created when it is back.
-    conn = Conn(f"127.0.0.1:{cluster.kafka[new_leader]}")
-    try:
-        conn.send(create_topics_v2(1, added, 3))
-        assert parse_create_topics_v2(conn.recv_frame()) == {added: 0}
-    finally:
-        conn.close()
-    added_leaders = cluster.wait_for_topic(added, 3, among=live)
+    added_leaders = cluster.create_topic(added, 3, via=new_leader, among=live)
 
     cluster.nodes[down].restart()
     assert cluster.wait_for_topic(added, 3) == added_leaders

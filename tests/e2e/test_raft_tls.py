@@ -17,9 +17,8 @@ from pathlib import Path
 
 import trustme
 
-from cluster import Cluster, create_topics_v2, parse_create_topics_v2, refused_count, simple_commit
+from cluster import Cluster, refused_count, simple_commit
 from groupwire import GroupConn, offset_fetch_v1, parse_offset_fetch_v1
-from kafkawire import Conn
 
 
 def write_identity(ca: trustme.CA, directory: Path, name: str) -> tuple[Path, Path, Path]:
@@ -104,13 +103,7 @@ def test_nodes_prove_themselves_by_certificate_and_a_foreign_ca_is_refused(corra
         assert "handshake failed" in foreign.run_log_text()
 
         later = f"tls-later-{uuid.uuid4().hex[:8]}"
-        conn = Conn(f"127.0.0.1:{cluster.kafka[0]}")
-        try:
-            conn.send(create_topics_v2(1, later, 1))
-            assert parse_create_topics_v2(conn.recv_frame()) == {later: 0}
-        finally:
-            conn.close()
-        cluster.wait_for_topic(later, 1, among=[0, 1])
+        cluster.create_topic(later, 1, among=[0, 1])
         time.sleep(2)
         _, error, _ = cluster.topic_as_seen_by(2, later)
         assert error != 0, "the node with a foreign certificate learned of a topic created after it was refused"

@@ -8,6 +8,7 @@
 'use strict';
 
 const { Kafka, CompressionTypes, logLevel } = require('kafkajs');
+const { check } = require('./checks');
 
 const [bootstrap, topic] = process.argv.slice(2);
 if (!bootstrap || !topic) {
@@ -18,10 +19,6 @@ if (!bootstrap || !topic) {
 const PARTITIONS = 2;
 const BATCHES = 5;
 const PER_BATCH = 20;
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-}
 
 async function main() {
   const kafka = new Kafka({

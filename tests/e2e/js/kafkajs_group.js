@@ -13,6 +13,7 @@
 'use strict';
 
 const { Kafka, logLevel, AssignerProtocol } = require('kafkajs');
+const { check, waitFor } = require('./checks');
 
 const [bootstrap, topic, groupId, partitionsArg, countArg] = process.argv.slice(2);
 if (!bootstrap || !topic || !groupId || !partitionsArg || !countArg) {
@@ -21,19 +22,6 @@ if (!bootstrap || !topic || !groupId || !partitionsArg || !countArg) {
 }
 const PARTITIONS = Number(partitionsArg);
 const COUNT = Number(countArg);
-const WAIT_MS = 60000;
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-}
-
-async function waitFor(what, cond) {
-  const deadline = Date.now() + WAIT_MS;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 async function main() {
   const kafka = new Kafka({

@@ -17,20 +17,7 @@
 
 const fs = require('fs');
 const { Kafka, logLevel } = require('kafkajs');
-
-const WAIT_MS = 60000;
-
-function check(condition, message) {
-  if (!condition) throw new Error(`check failed: ${message}`);
-}
-
-async function waitFor(what, cond) {
-  const deadline = Date.now() + WAIT_MS;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const { check, waitFor } = require('./checks');
 
 function sslOptions(ssl) {
   if (!ssl) return undefined;
