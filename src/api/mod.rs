@@ -182,7 +182,7 @@ pub(crate) async fn dispatch(
     }
     // The request-time quota counts the shard time the request takes: its first stage, and
     // each poll of the rest. Over the quota, the connection is muted and the response reports
-    // the throttle (where its throttle_time_ms is the body's first field, protocol/throttle.rs).
+    // the throttle in its throttle_time_ms (protocol/throttle.rs).
     let started = std::time::Instant::now();
     let (api, version, header_version) = (ctx.api_key, ctx.api_version, ctx.response_header_version());
     let account = (ctx.principal(), ctx.client_id.as_deref().unwrap_or_default().to_string(), ctx.security.clone());

@@ -1,13 +1,15 @@
 """Client quotas ([quotas]) with confluent-kafka: produce and fetch byte rates per principal; the
-request-time share per client id, with raw Metadata requests.
+request-time share per client id, with raw Metadata, Produce and ApiVersions requests.
 
 `alice` has a produce and a fetch quota of QUOTA bytes per second; `bob` has none. Over a few
 seconds of producing (and then consuming) as fast as librdkafka can, alice is throttled —
 librdkafka reports the broker's throttle_time_ms through its throttle callback — and the rate
 her requests are served at stays near the quota; bob, on the same node at the same time, is
 never throttled. The windows are short (5 × 200 ms) so the rate settles within the test. A
-client id with a tiny share of request time gets Metadata responses whose throttle_time_ms is
-above zero (and waits that long before its next request is read); another client id does not.
+client id with a tiny share of request time gets Metadata, Produce and ApiVersions responses
+whose throttle_time_ms is above zero (and waits that long before its next request is read);
+another client id does not. Metadata has the field first in its body, Produce and ApiVersions
+last: both places are checked.
 """
 
 from __future__ import annotations
@@ -137,20 +139,64 @@ def test_fetch_quota_throttles_the_consumer(node):
     assert rate_after(received, 1.0) <= QUOTA * 1.5, rate_after(received, 1.0)
 
 
-def metadata_throttles(port: int, client_id: str, requests: int) -> list[int]:
-    """throttle_time_ms of `requests` Metadata v4 requests, one after the other, as `client_id`."""
-    throttles = []
+def throttles(port: int, client_id: str, requests: int, make, read, until_throttled: bool = False) -> list[int]:
+    """throttle_time_ms of `requests` requests, one after the other, as `client_id` (or until
+    one is throttled): `make(correlation id, client id)` builds a request, `read(frame)` returns
+    the response's (correlation id, throttle)."""
+    found = []
     conn = kw.Conn(f"127.0.0.1:{port}")
     try:
         for corr in range(1, requests + 1):
-            conn.send(kw.request(kw.API_METADATA, 4, corr, kw.array([]) + b"\x00", client_id=client_id))
-            frame = conn.recv_frame()
-            correlation, throttle = struct.unpack(">ii", frame[:8])
+            conn.send(make(corr, client_id))
+            correlation, throttle = read(conn.recv_frame())
             assert correlation == corr
-            throttles.append(throttle)
+            found.append(throttle)
+            if until_throttled and throttle > 0:
+                break
     finally:
         conn.close()
-    return throttles
+    return found
+
+
+def metadata_v4(corr: int, client_id: str) -> bytes:
+    return kw.request(kw.API_METADATA, 4, corr, kw.array([]) + b"\x00", client_id=client_id)
+
+
+def read_metadata_v4(frame: bytes) -> tuple[int, int]:
+    return struct.unpack(">ii", frame[:8])
+
+
+def api_versions_v1(corr: int, client_id: str) -> bytes:
+    return kw.request(kw.API_API_VERSIONS, 1, corr, b"", client_id=client_id)
+
+
+def read_api_versions_v1(frame: bytes) -> tuple[int, int]:
+    """The throttle follows the error code and the array of (key, min, max)."""
+    r = kw.Reader(frame)
+    corr, error = r.take("i"), r.take("h")
+    assert error == 0
+    for _ in range(r.take("i")):
+        r.take("h"), r.take("h"), r.take("h")
+    throttle = r.take("i")
+    assert r.done()
+    return corr, throttle
+
+
+def produce_v3_to(topic: str):
+    def make(corr: int, client_id: str) -> bytes:
+        body = kw.string(None) + kw.i16(1) + kw.i32(10000)
+        batch = kw.record_batch([(None, b"v%d" % corr)])
+        body += kw.array([kw.string(topic) + kw.array([kw.i32(0) + kw.nbytes(batch)])])
+        return kw.request(kw.API_PRODUCE, 3, corr, body, client_id=client_id)
+
+    return make
+
+
+def read_produce_v3(frame: bytes) -> tuple[int, int]:
+    """The throttle is the body's last field; every partition must have been written."""
+    corr, partitions = kw.parse_produce_v3(frame)
+    assert all(err == 0 for err, _ in partitions.values()), partitions
+    return corr, struct.unpack(">i", frame[-4:])[0]
 
 
 def test_request_time_quota_reports_its_throttle(corral_factory):
@@ -162,8 +208,17 @@ windows = 5
 entries = [{ client_id = "greedy", request_percentage = 0.01 }]
 """
     )
-    greedy = metadata_throttles(server.kafka_port, "greedy", 40)
-    assert max(greedy) > 0, greedy
-    assert metadata_throttles(server.kafka_port, "modest", 40) == [0] * 40
+    topic = f"throttled-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    port = server.kafka_port
+    for make, read in [
+        (metadata_v4, read_metadata_v4),
+        (produce_v3_to(topic), read_produce_v3),
+        (api_versions_v1, read_api_versions_v1),
+    ]:
+        greedy = throttles(port, "greedy", 40, make, read, until_throttled=True)
+        assert max(greedy) > 0, (make.__name__, greedy)
+        assert throttles(port, "modest", 40, make, read) == [0] * 40, make.__name__
     status, body = server.http_get("/metrics")
     assert 'corral_quota_throttles_total{quota="request"}' in body
