@@ -43,6 +43,8 @@ mod group_consumer;
 mod group_load;
 #[path = "bench/group_migration.rs"]
 mod group_migration;
+#[path = "bench/groups_kafka.rs"]
+mod groups_kafka;
 #[path = "bench/groups_suite.rs"]
 mod groups_suite;
 #[path = "bench/kafka.rs"]
@@ -245,6 +247,10 @@ struct GroupsSuiteArgs {
     /// Smoke test: 200 members, 1 repetition, 1,000 idle groups, 2 s runs.
     #[arg(long)]
     quick: bool,
+    /// Also run the scenarios against Apache Kafka, from the directory of its jars
+    /// (scripts/test.sh puts Kafka 4.4's in .cache/kafka-4.4.0/libs), after corral.
+    #[arg(long)]
+    kafka_libs: Option<PathBuf>,
     #[command(flatten)]
     shape: GroupShape,
 }
@@ -437,6 +443,7 @@ impl GroupShape {
             committers: self.commits.committers.max(1),
             commit_partitions: self.commits.commit_partitions.max(1),
             commit_connections: self.commits.commit_connections.max(1),
+            kafka_libs: None,
         }
     }
 }
@@ -708,6 +715,7 @@ fn groups_command(args: GroupsArgs) -> Result<()> {
             let shape = if a.quick { a.shape.quick() } else { a.shape };
             let start = a.start.checked()?;
             let mut opts = shape.opts(start.server, start.server_args, start.work_dir, start.keep_data, start.json);
+            opts.kafka_libs = a.kafka_libs;
             match a.only.as_deref() {
                 Some("rebalance") => opts.load = false,
                 Some("load") => opts.rebalance = false,

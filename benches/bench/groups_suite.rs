@@ -86,6 +86,8 @@ pub(crate) struct GroupsOpts {
     pub(crate) committers: usize,
     pub(crate) commit_partitions: i32,
     pub(crate) commit_connections: usize,
+    /// Apache Kafka's jars: the same scenarios against Kafka too, after corral.
+    pub(crate) kafka_libs: Option<PathBuf>,
 }
 
 impl GroupsOpts {
@@ -193,7 +195,10 @@ impl Row {
 }
 
 #[derive(Debug, Default)]
-struct Results {
+pub(crate) struct Results {
+    /// Go on past a failed scenario, recording how it failed (for a peer: a failure is a result).
+    keep_going: bool,
+    failures: Vec<String>,
     rows: Vec<Row>,
     topic_creation_seconds: f64,
     /// Topics scenario 6 actually used (the open-file limit may cap them).
@@ -209,6 +214,26 @@ struct Results {
 }
 
 impl Results {
+    pub(crate) fn keep_going(shards: usize) -> Results {
+        Results { keep_going: true, shards, ..Results::default() }
+    }
+
+    /// A scenario's outcome: a failure is returned, or recorded when going on past failures.
+    pub(crate) fn settle(&mut self, scenario: &str, outcome: Result<()>) -> Result<()> {
+        match outcome {
+            Err(e) if self.keep_going => {
+                eprintln!("  {scenario} failed: {e:#}");
+                self.failures.push(format!("{scenario}: {e:#}"));
+                Ok(())
+            }
+            other => other.with_context(|| format!("{scenario} failed")),
+        }
+    }
+
+    pub(crate) fn note_load(&mut self, when: &str) {
+        self.load_at.push((when.to_string(), crate::suite::load_average()));
+    }
+
     fn row(&mut self, key: &'static str, label: &str) -> &mut Row {
         if let Some(i) = self.rows.iter().position(|r| r.key == key) {
             return &mut self.rows[i];
@@ -235,7 +260,7 @@ pub(crate) fn run(opts: &GroupsOpts) -> Result<()> {
         opts,
         &format!("{} {}  ({shards} shards; data in {})", opts.server.display(), opts.server_args.join(" "), work.path.display()),
     );
-    results.load_at.push(("start".into(), crate::suite::load_average()));
+    results.note_load("start");
 
     if opts.rebalance {
         let server = ManagedServer::start(
@@ -247,7 +272,7 @@ pub(crate) fn run(opts: &GroupsOpts) -> Result<()> {
         )?;
         local.block_on(&runtime, rebalance_phase(opts, server.kafka, server.pid(), &mut results))?;
         server.stop()?;
-        results.load_at.push(("after rebalance scenarios".into(), crate::suite::load_average()));
+        results.note_load("after rebalance scenarios");
     }
     if opts.load {
         let server = ManagedServer::start(
@@ -259,9 +284,14 @@ pub(crate) fn run(opts: &GroupsOpts) -> Result<()> {
         )?;
         local.block_on(&runtime, load_phase(opts, server.kafka, server.pid(), &mut results))?;
         server.stop()?;
-        results.load_at.push(("end".into(), crate::suite::load_average()));
+        results.note_load("end");
     }
-    finish(opts, &results)
+    print_report(opts, &results);
+    let kafka = match &opts.kafka_libs {
+        Some(libs) => Some(crate::groups_kafka::run(opts, libs, &work.path, &runtime, &local)?),
+        None => None,
+    };
+    write_json(opts, &results, kafka.as_ref())
 }
 
 /// The same scenarios against a server that is already running (configured by whoever started
@@ -272,24 +302,27 @@ pub(crate) fn run_against(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Op
     let mut results = Results { shards, ..Results::default() };
     print_header(opts, &format!("{addr} (running; pid {}; {shards} shards)", pid.map_or("unknown".into(), |p| p.to_string())));
     println!("  (the server's own [groups] settings apply; the suite uses:\n{})", opts.config_toml().trim_end());
-    results.load_at.push(("start".into(), crate::suite::load_average()));
+    results.note_load("start");
     if opts.rebalance {
         local.block_on(&runtime, rebalance_phase(opts, addr, pid, &mut results))?;
     }
     if opts.load {
         local.block_on(&runtime, load_phase(opts, addr, pid, &mut results))?;
     }
-    results.load_at.push(("end".into(), crate::suite::load_average()));
-    finish(opts, &results)
+    results.note_load("end");
+    print_report(opts, &results);
+    write_json(opts, &results, None)
 }
 
-fn finish(opts: &GroupsOpts, results: &Results) -> Result<()> {
-    print_report(opts, results);
-    if let Some(path) = &opts.json {
-        std::fs::write(path, serde_json::to_string_pretty(&json_report(opts, results))? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+/// The JSON report, with Apache Kafka's beside corral's when it ran too.
+fn write_json(opts: &GroupsOpts, results: &Results, kafka: Option<&(GroupsOpts, Results)>) -> Result<()> {
+    let Some(path) = &opts.json else { return Ok(()) };
+    let mut report = json_report(opts, results);
+    if let (Some((kafka_opts, kafka_results)), Some(object)) = (kafka, report.as_object_mut()) {
+        object.insert("kafka".into(), json_report(kafka_opts, kafka_results));
     }
+    std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
     Ok(())
 }
 
@@ -337,13 +370,11 @@ async fn create_topics(addr: std::net::SocketAddr, topics: &[(String, i32)]) -> 
     Ok(out)
 }
 
-async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u32>, results: &mut Results) -> Result<()> {
+pub(crate) async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u32>, results: &mut Results) -> Result<()> {
     // Scenarios 1 and 2 use the first topic; scenario 6 all of them.
     let topics = if opts.migration_only || opts.classic_only { 1 } else { opts.topics };
     results.topics = topics;
     let all: Vec<(String, i32)> = (0..topics).map(|i| (format!("bench-t{i}"), opts.partitions_per_topic)).collect();
-    let classic_topic = vec![all[0].clone()];
-    let many = all.clone();
     let created = Instant::now();
     let ids = create_topics(addr, &all).await?;
     results.topic_creation_seconds = created.elapsed().as_secs_f64();
@@ -354,127 +385,150 @@ async fn rebalance_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Opt
         results.topic_creation_seconds
     );
     register_topics(&all);
-    let consumer_topics = Rc::new(Topics::new(&ids));
     let lanes = Rc::new(Lanes::connect(addr, opts.fast_lanes, opts.members + 1, opts.per_parking_lane).await?);
-    let timeout = opts.timeout;
-    let delay = Duration::from_millis(opts.initial_delay_ms);
-    let n = opts.members;
+    let scene = Scene { opts, lanes, pid, all, ids };
 
     for rep in 0..opts.reps {
         let tag = format!("{}/{}", rep + 1, opts.reps);
         if opts.migration_only {
-            migration(opts, &ids, &lanes, pid, rep, results).await?;
+            let outcome = migration(&scene, rep, results).await;
+            results.settle("migration", outcome)?;
             continue;
         }
-        // 1 and 2: classic, one topic.
-        let spec = Rc::new(GroupSpec::new(format!("bench-classic-{rep}"), classic_topic.clone(), opts.member_config())?);
-        let ((mut group, start), cpu) = with_cpu(pid, ClassicGroup::start(spec.clone(), lanes.clone(), n, timeout)).await?;
-        let mut run = EventRun::classic(&start, cpu);
-        run.first_park = Some(ms(group.first_park));
-        check_partitions(&start, spec.partitions())?;
-        progress(&format!("classic 1x{} start {tag}", opts.partitions_per_topic), &run, Some(delay));
-        results
-            .row("classic_start", &format!("classic, {n} members, 1 topic x {} partitions: start", opts.partitions_per_topic))
-            .runs
-            .push(run);
-        let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Heartbeat, timeout)).await?;
-        check_partitions(&leave, spec.partitions())?;
-        let run = EventRun::classic(&leave, cpu);
-        progress(&format!("classic 1x{} leave (heartbeat) {tag}", opts.partitions_per_topic), &run, None);
-        results.row("classic_leave_hb", "  one leaves, others learn from heartbeats").runs.push(run);
-        let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Immediate, timeout)).await?;
-        check_partitions(&leave, spec.partitions())?;
-        let run = EventRun::classic(&leave, cpu);
-        progress(&format!("classic 1x{} leave (told at once) {tag}", opts.partitions_per_topic), &run, None);
-        results.row("classic_leave_now", "  one leaves, others told at once (coordinator only)").runs.push(run);
-        group.stop(true).await?;
+        let outcome = classic_one_topic(&scene, rep, &tag, results).await;
+        results.settle("classic, one topic", outcome)?;
         if opts.classic_only {
             continue;
         }
-
-        // 6: classic and KIP-848 on the same topics.
-        let spec = Rc::new(GroupSpec::new(format!("bench-classic-multi-{rep}"), many.clone(), opts.member_config())?);
-        let ((mut group, start), cpu) = with_cpu(pid, ClassicGroup::start(spec.clone(), lanes.clone(), n, timeout)).await?;
-        let mut run = EventRun::classic(&start, cpu);
-        run.first_park = Some(ms(group.first_park));
-        check_partitions(&start, spec.partitions())?;
-        progress(&format!("classic {}x{} start {tag}", topics, opts.partitions_per_topic), &run, Some(delay));
-        let label = format!("classic, {n} members, {topics} topics x {} partitions: start", opts.partitions_per_topic);
-        results.row("multi_classic_start", &label).runs.push(run);
-        let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
-        check_partitions(&join, spec.partitions())?;
-        let run = EventRun::classic(&join, cpu);
-        progress(&format!("classic {}x{} join {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_classic_join", "  one joins (others learn from heartbeats)").runs.push(run);
-        let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Heartbeat, timeout)).await?;
-        check_partitions(&leave, spec.partitions())?;
-        let run = EventRun::classic(&leave, cpu);
-        progress(&format!("classic {}x{} leave {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_classic_leave", "  one leaves (others learn from heartbeats)").runs.push(run);
-        group.stop(true).await?;
-
-        let spec = Rc::new(ConsumerSpec {
-            group_id: format!("bench-consumer-{rep}"),
-            topics: consumer_topics.clone(),
-            rebalance_timeout_ms: opts.rebalance_timeout_ms,
-            assignor: opts.assignor.clone(),
-            version: 1,
-        });
-        let ((mut group, start), cpu) = with_cpu(pid, ConsumerGroup::start(spec, lanes.clone(), n, timeout)).await?;
-        let run = EventRun::consumer(&start, cpu);
-        progress(&format!("KIP-848 {}x{} start {tag}", topics, opts.partitions_per_topic), &run, None);
-        let label = format!("KIP-848, {n} members, {topics} topics x {} partitions: start", opts.partitions_per_topic);
-        results.row("multi_consumer_start", &label).runs.push(run);
-        let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
-        let run = EventRun::consumer(&join, cpu);
-        progress(&format!("KIP-848 {}x{} join {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_consumer_join", "  one joins").runs.push(run);
-        let (leave, cpu) = with_cpu(pid, group.leave_one(timeout)).await?;
-        let run = EventRun::consumer(&leave, cpu);
-        progress(&format!("KIP-848 {}x{} leave {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_consumer_leave", "  one leaves").runs.push(run);
-        // Steady state: what 1,000 members heartbeating every interval cost the server.
-        let (beats, cpu) = with_cpu(pid, async {
-            let before = group.heartbeats();
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            Ok(group.heartbeats() - before)
-        })
-        .await?;
-        results.row("consumer_idle", "  steady state, 2 s (heartbeats / server CPU)").runs.push(EventRun {
-            members: n,
-            total: 2000.0,
-            requests: beats,
-            server_cpu: cpu,
-            ..EventRun::default()
-        });
-        // The join and leave above each came right after a change, so their target waited out
-        // the assignment interval. A group settled for longer than the interval (2 s of steady
-        // state above) has its target computed at once.
-        let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
-        let run = EventRun::consumer(&join, cpu);
-        progress(&format!("KIP-848 {}x{} join, settled {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_consumer_join_settled", "  one joins a group settled past the assignment interval").runs.push(run);
-        tokio::time::sleep(Duration::from_millis(opts.consumer_assignment_interval_ms + 500)).await;
-        let (leave, cpu) = with_cpu(pid, group.leave_one(timeout)).await?;
-        let run = EventRun::consumer(&leave, cpu);
-        progress(&format!("KIP-848 {}x{} leave, settled {tag}", topics, opts.partitions_per_topic), &run, None);
-        results.row("multi_consumer_leave_settled", "  one leaves a group settled past the assignment interval").runs.push(run);
-        group.stop().await?;
-
-        migration(opts, &ids, &lanes, pid, rep, results).await?;
+        let outcome = classic_many_topics(&scene, rep, &tag, results).await;
+        results.settle("classic, many topics", outcome)?;
+        let outcome = consumer_many_topics(&scene, rep, &tag, results).await;
+        results.settle("KIP-848, many topics", outcome)?;
+        let outcome = migration(&scene, rep, results).await;
+        results.settle("migration", outcome)?;
     }
     Ok(())
 }
 
-/// Scenario 7: a classic group on the first topic migrated to KIP-848 and back.
-async fn migration(
-    opts: &GroupsOpts,
-    ids: &[(String, Uuid, i32)],
-    lanes: &Rc<Lanes>,
+/// What the rebalance scenarios share: the server's topics and the members' connections.
+struct Scene<'a> {
+    opts: &'a GroupsOpts,
+    lanes: Rc<Lanes>,
     pid: Option<u32>,
-    rep: usize,
-    results: &mut Results,
-) -> Result<()> {
+    all: Vec<(String, i32)>,
+    ids: Vec<(String, Uuid, i32)>,
+}
+
+/// Scenarios 1 and 2: a classic group on the first topic starts, then one member leaves twice.
+async fn classic_one_topic(scene: &Scene<'_>, rep: usize, tag: &str, results: &mut Results) -> Result<()> {
+    let (opts, pid, timeout, n) = (scene.opts, scene.pid, scene.opts.timeout, scene.opts.members);
+    let delay = Duration::from_millis(opts.initial_delay_ms);
+    let spec = Rc::new(GroupSpec::new(format!("bench-classic-{rep}"), scene.all[..1].to_vec(), opts.member_config())?);
+    let ((mut group, start), cpu) = with_cpu(pid, ClassicGroup::start(spec.clone(), scene.lanes.clone(), n, timeout)).await?;
+    let mut run = EventRun::classic(&start, cpu);
+    run.first_park = Some(ms(group.first_park));
+    check_partitions(&start, spec.partitions())?;
+    progress(&format!("classic 1x{} start {tag}", opts.partitions_per_topic), &run, Some(delay));
+    results
+        .row("classic_start", &format!("classic, {n} members, 1 topic x {} partitions: start", opts.partitions_per_topic))
+        .runs
+        .push(run);
+    let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Heartbeat, timeout)).await?;
+    check_partitions(&leave, spec.partitions())?;
+    let run = EventRun::classic(&leave, cpu);
+    progress(&format!("classic 1x{} leave (heartbeat) {tag}", opts.partitions_per_topic), &run, None);
+    results.row("classic_leave_hb", "  one leaves, others learn from heartbeats").runs.push(run);
+    let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Immediate, timeout)).await?;
+    check_partitions(&leave, spec.partitions())?;
+    let run = EventRun::classic(&leave, cpu);
+    progress(&format!("classic 1x{} leave (told at once) {tag}", opts.partitions_per_topic), &run, None);
+    results.row("classic_leave_now", "  one leaves, others told at once (coordinator only)").runs.push(run);
+    group.stop(true).await
+}
+
+/// Scenario 6, classic half: a classic group on every topic starts, one joins, one leaves.
+async fn classic_many_topics(scene: &Scene<'_>, rep: usize, tag: &str, results: &mut Results) -> Result<()> {
+    let (opts, pid, timeout, n) = (scene.opts, scene.pid, scene.opts.timeout, scene.opts.members);
+    let topics = scene.all.len();
+    let delay = Duration::from_millis(opts.initial_delay_ms);
+    let spec = Rc::new(GroupSpec::new(format!("bench-classic-multi-{rep}"), scene.all.clone(), opts.member_config())?);
+    let ((mut group, start), cpu) = with_cpu(pid, ClassicGroup::start(spec.clone(), scene.lanes.clone(), n, timeout)).await?;
+    let mut run = EventRun::classic(&start, cpu);
+    run.first_park = Some(ms(group.first_park));
+    check_partitions(&start, spec.partitions())?;
+    progress(&format!("classic {}x{} start {tag}", topics, opts.partitions_per_topic), &run, Some(delay));
+    let label = format!("classic, {n} members, {topics} topics x {} partitions: start", opts.partitions_per_topic);
+    results.row("multi_classic_start", &label).runs.push(run);
+    let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
+    check_partitions(&join, spec.partitions())?;
+    let run = EventRun::classic(&join, cpu);
+    progress(&format!("classic {}x{} join {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_classic_join", "  one joins (others learn from heartbeats)").runs.push(run);
+    let (leave, cpu) = with_cpu(pid, group.leave_one(Discovery::Heartbeat, timeout)).await?;
+    check_partitions(&leave, spec.partitions())?;
+    let run = EventRun::classic(&leave, cpu);
+    progress(&format!("classic {}x{} leave {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_classic_leave", "  one leaves (others learn from heartbeats)").runs.push(run);
+    group.stop(true).await
+}
+
+/// Scenario 6, KIP-848 half: a consumer group on every topic starts, one joins, one leaves,
+/// the steady state, then a join and a leave in a group settled past the assignment interval.
+async fn consumer_many_topics(scene: &Scene<'_>, rep: usize, tag: &str, results: &mut Results) -> Result<()> {
+    let (opts, pid, timeout, n) = (scene.opts, scene.pid, scene.opts.timeout, scene.opts.members);
+    let topics = scene.all.len();
+    let spec = Rc::new(ConsumerSpec {
+        group_id: format!("bench-consumer-{rep}"),
+        topics: Rc::new(Topics::new(&scene.ids)),
+        rebalance_timeout_ms: opts.rebalance_timeout_ms,
+        assignor: opts.assignor.clone(),
+        version: 1,
+    });
+    let ((mut group, start), cpu) = with_cpu(pid, ConsumerGroup::start(spec, scene.lanes.clone(), n, timeout)).await?;
+    let run = EventRun::consumer(&start, cpu);
+    progress(&format!("KIP-848 {}x{} start {tag}", topics, opts.partitions_per_topic), &run, None);
+    let label = format!("KIP-848, {n} members, {topics} topics x {} partitions: start", opts.partitions_per_topic);
+    results.row("multi_consumer_start", &label).runs.push(run);
+    let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
+    let run = EventRun::consumer(&join, cpu);
+    progress(&format!("KIP-848 {}x{} join {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_consumer_join", "  one joins").runs.push(run);
+    let (leave, cpu) = with_cpu(pid, group.leave_one(timeout)).await?;
+    let run = EventRun::consumer(&leave, cpu);
+    progress(&format!("KIP-848 {}x{} leave {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_consumer_leave", "  one leaves").runs.push(run);
+    // Steady state: what the members heartbeating every interval cost the server.
+    let (beats, cpu) = with_cpu(pid, async {
+        let before = group.heartbeats();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(group.heartbeats() - before)
+    })
+    .await?;
+    results.row("consumer_idle", "  steady state, 2 s (heartbeats / server CPU)").runs.push(EventRun {
+        members: n,
+        total: 2000.0,
+        requests: beats,
+        server_cpu: cpu,
+        ..EventRun::default()
+    });
+    // The join and leave above each came right after a change, so their target waited out
+    // the assignment interval. A group settled for longer than the interval (2 s of steady
+    // state above) has its target computed at once.
+    let (join, cpu) = with_cpu(pid, group.join_one(timeout)).await?;
+    let run = EventRun::consumer(&join, cpu);
+    progress(&format!("KIP-848 {}x{} join, settled {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_consumer_join_settled", "  one joins a group settled past the assignment interval").runs.push(run);
+    tokio::time::sleep(Duration::from_millis(opts.consumer_assignment_interval_ms + 500)).await;
+    let (leave, cpu) = with_cpu(pid, group.leave_one(timeout)).await?;
+    let run = EventRun::consumer(&leave, cpu);
+    progress(&format!("KIP-848 {}x{} leave, settled {tag}", topics, opts.partitions_per_topic), &run, None);
+    results.row("multi_consumer_leave_settled", "  one leaves a group settled past the assignment interval").runs.push(run);
+    group.stop().await
+}
+
+/// Scenario 7: a classic group on the first topic migrated to KIP-848 and back.
+async fn migration(scene: &Scene<'_>, rep: usize, results: &mut Results) -> Result<()> {
+    let (opts, ids, pid) = (scene.opts, &scene.ids, scene.pid);
     let group_id = format!("bench-migrate-{rep}");
     let (topic, _, partitions) = &ids[0];
     let classic = Rc::new(GroupSpec::new(group_id.clone(), vec![(topic.clone(), *partitions)], opts.member_config())?);
@@ -485,7 +539,7 @@ async fn migration(
         assignor: opts.assignor.clone(),
         version: 1,
     });
-    let run = group_migration::run(classic, consumer, lanes.clone(), opts.members, pid, MIGRATION_WINDOW, opts.timeout).await?;
+    let run = group_migration::run(classic, consumer, scene.lanes.clone(), opts.members, pid, MIGRATION_WINDOW, opts.timeout).await?;
     let per_beat = |s: &group_migration::Steady| fmt(s.cpu_us_per_heartbeat(), 1);
     eprintln!(
         "  migration {}/{}: {} classic members (generation {}): converted in {:.1} ms (server CPU {} s), settled at epoch {} in {:.1} ms \
@@ -531,7 +585,7 @@ fn progress(what: &str, r: &EventRun, delay: Option<Duration>) {
     eprintln!("{s}");
 }
 
-async fn load_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u32>, results: &mut Results) -> Result<()> {
+pub(crate) async fn load_phase(opts: &GroupsOpts, addr: std::net::SocketAddr, pid: Option<u32>, results: &mut Results) -> Result<()> {
     let topic = ("bench-idle".to_string(), opts.idle_partitions);
     create_topics(addr, std::slice::from_ref(&topic)).await?;
     register_topics(std::slice::from_ref(&topic));
@@ -709,7 +763,7 @@ pub(crate) fn verdict(ok: bool) -> &'static str {
     }
 }
 
-fn print_report(opts: &GroupsOpts, r: &Results) {
+pub(crate) fn print_report(opts: &GroupsOpts, r: &Results) {
     let delay = opts.initial_delay_ms as f64;
     if !r.rows.is_empty() {
         println!();
@@ -819,16 +873,17 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
             r.storms.len(),
             opts.duration.as_secs_f64()
         );
+        // A server without shards (a peer) has no per-shard figure.
+        let per_shard = (r.shards > 0).then(|| per_sec / r.shards as f64);
+        let shard_part = per_shard.map_or(String::new(), |p| format!(" / {} shards = {p:.0} per shard;", r.shards));
         println!(
-            "  {per_sec:.0} heartbeats/s; / {} shards = {:.0} per shard; per server CPU second (user+sys) = {per_cpu:.0}; \
-             server used {server_cores:.2} cores, this client {client_cores:.2}",
-            r.shards,
-            per_sec / r.shards as f64
+            "  {per_sec:.0} heartbeats/s;{shard_part} per server CPU second (user+sys) = {per_cpu:.0}; \
+             server used {server_cores:.2} cores, this client {client_cores:.2}"
         );
+        let shard_verdict = per_shard.map_or(String::new(), |p| format!(", {} (per shard)", verdict(p >= TARGET_HEARTBEATS_PER_CORE)));
         println!(
-            "  target >= {TARGET_HEARTBEATS_PER_CORE:.0} heartbeats/s per core: {} (per CPU second), {} (per shard)",
-            verdict(per_cpu >= TARGET_HEARTBEATS_PER_CORE),
-            verdict(per_sec / r.shards as f64 >= TARGET_HEARTBEATS_PER_CORE)
+            "  target >= {TARGET_HEARTBEATS_PER_CORE:.0} heartbeats/s per core: {} (per CPU second){shard_verdict}",
+            verdict(per_cpu >= TARGET_HEARTBEATS_PER_CORE)
         );
         for (i, s) in r.storms.iter().enumerate() {
             println!(
@@ -883,11 +938,18 @@ fn print_report(opts: &GroupsOpts, r: &Results) {
             group_load::median_of(s, |x| x.latency_ms(0.99))
         );
     }
+    if !r.failures.is_empty() {
+        println!();
+        println!("Failed scenarios:");
+        for failure in &r.failures {
+            println!("  {failure}");
+        }
+    }
     println!();
     println!("load average (1 min): {}", r.load_at.iter().map(|(when, l)| format!("{when} {l:.2}")).collect::<Vec<_>>().join(", "));
 }
 
-fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
+pub(crate) fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
     let m = crate::suite::machine();
     let rows: serde_json::Map<String, Value> = r
         .rows
@@ -959,6 +1021,7 @@ fn json_report(opts: &GroupsOpts, r: &Results) -> Value {
         })),
         "commits": commits(&r.commits),
         "single_committer": commits(&r.single),
+        "failures": r.failures,
         "load_average_1min": r.load_at,
         "targets": {
             "start_beyond_delay_ms": ms(TARGET_START_BEYOND_DELAY),

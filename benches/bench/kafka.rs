@@ -41,6 +41,8 @@ pub(crate) const MAX_RESPONSE: usize = 100 * 1024 * 1024;
 /// serve the version it was asked in.
 const UNSUPPORTED_VERSION: i16 = 35;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const LEADER_NOT_AVAILABLE: i16 = 5;
 
 /// A request that was written and not answered yet.
 #[derive(Debug, Clone, Copy)]
@@ -295,6 +297,14 @@ pub(crate) struct PartitionInfo {
 
 /// Partitions of one topic, by index.
 pub(crate) async fn partitions(conn: &mut KafkaConn, bootstrap: SocketAddr, topic: &str) -> Result<Vec<PartitionInfo>> {
+    match topic_partitions(conn, bootstrap, topic).await? {
+        Ok(partitions) => Ok(partitions),
+        Err(code) => bail!("topic {topic}: {}", error_name(code)),
+    }
+}
+
+/// [`partitions`], or the topic's error code in Metadata.
+async fn topic_partitions(conn: &mut KafkaConn, bootstrap: SocketAddr, topic: &str) -> Result<Result<Vec<PartitionInfo>, i16>> {
     let request = MetadataRequest::default()
         .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic_name(topic)))]))
         .with_allow_auto_topic_creation(false);
@@ -306,7 +316,7 @@ pub(crate) async fn partitions(conn: &mut KafkaConn, bootstrap: SocketAddr, topi
     }
     let t = response.topics.first().ok_or_else(|| anyhow!("Metadata returned no topic for {topic}"))?;
     if t.error_code != 0 {
-        bail!("topic {topic}: {}", error_name(t.error_code));
+        return Ok(Err(t.error_code));
     }
     let mut out: Vec<PartitionInfo> = t
         .partitions
@@ -314,7 +324,7 @@ pub(crate) async fn partitions(conn: &mut KafkaConn, bootstrap: SocketAddr, topi
         .map(|p| PartitionInfo { index: p.partition_index, leader: brokers.get(&p.leader_id.0).copied().unwrap_or(bootstrap) })
         .collect();
     out.sort_by_key(|p| p.index);
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// Creates a topic; an existing topic is not an error (its partition count is not checked).
@@ -357,7 +367,8 @@ const RETRY_EVERY: Duration = Duration::from_millis(50);
 
 /// Waits until every partition of a topic just created is led where Metadata says: Kafka answers
 /// NOT_LEADER_OR_FOLLOWER for a moment after CreateTopics (its metadata is published before its
-/// replica manager takes the lead), which a client retries. ListOffsets (latest), sent to each
+/// replica manager takes the lead), and its Metadata may not know the topic yet (UNKNOWN_TOPIC_OR_PARTITION,
+/// LEADER_NOT_AVAILABLE), which a client retries. ListOffsets (latest), sent to each
 /// partition's leader, asks the same replica manager and writes nothing. corral and Tansu pass
 /// at once.
 pub(crate) async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, partitions: i32, timeout: Duration) -> Result<()> {
@@ -365,8 +376,13 @@ pub(crate) async fn wait_partitions_led(conn: &mut KafkaConn, topic: &str, parti
     let deadline = Instant::now() + timeout;
     loop {
         let mut by_leader: HashMap<SocketAddr, Vec<i32>> = HashMap::new();
-        for p in self::partitions(conn, here, topic).await? {
-            by_leader.entry(p.leader).or_default().push(p.index);
+        match topic_partitions(conn, here, topic).await? {
+            Ok(partitions) => partitions.into_iter().for_each(|p| by_leader.entry(p.leader).or_default().push(p.index)),
+            Err(UNKNOWN_TOPIC_OR_PARTITION | LEADER_NOT_AVAILABLE) if Instant::now() < deadline => {
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+            Err(code) => bail!("topic {topic}: {}", error_name(code)),
         }
         let listed: usize = by_leader.values().map(Vec::len).sum();
         let mut failing = (listed != partitions as usize).then_some(-1);

@@ -164,6 +164,13 @@ impl ManagedServer {
     /// first, and waits until it answers Metadata with itself as a broker. Group settings follow
     /// `initial_rebalance_delay_ms`, as corral's do in the same suite.
     pub(crate) fn start_kafka(libs: &Path, dir: &Path, log: &Path, initial_rebalance_delay_ms: u64) -> Result<ManagedServer> {
+        let delay = [("group.initial.rebalance.delay.ms", initial_rebalance_delay_ms.to_string())];
+        ManagedServer::start_kafka_with(libs, dir, log, &delay, "-Xmx1g")
+    }
+
+    /// [`ManagedServer::start_kafka`] with more broker properties (`settings`, after the
+    /// defaults, so they win) and the JVM's heap option (`-Xmx1g`).
+    pub(crate) fn start_kafka_with(libs: &Path, dir: &Path, log: &Path, settings: &[(&str, String)], heap: &str) -> Result<ManagedServer> {
         let (kafka, controller) = (free_port()?, free_port()?);
         std::fs::create_dir_all(dir)?;
         let config = dir.join("server.properties");
@@ -184,13 +191,13 @@ impl ManagedServer {
             ("transaction.state.log.min.isr", "1".into()),
             ("share.coordinator.state.topic.replication.factor", "1".into()),
             ("share.coordinator.state.topic.min.isr", "1".into()),
-            ("group.initial.rebalance.delay.ms", initial_rebalance_delay_ms.to_string()),
             // Two cores for everything: fewer threads than Kafka's defaults.
             ("num.network.threads", "2".into()),
             ("num.io.threads", "4".into()),
             ("background.threads", "4".into()),
         ];
-        std::fs::write(&config, properties.iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>())?;
+        let lines = properties.iter().map(|(k, v)| (*k, v)).chain(settings.iter().map(|(k, v)| (*k, v)));
+        std::fs::write(&config, lines.map(|(k, v)| format!("{k}={v}\n")).collect::<String>())?;
         std::fs::write(&log4j, KAFKA_LOG4J2)?;
         let java = |heap: &str| {
             let mut command = Command::new("java");
@@ -218,7 +225,7 @@ impl ManagedServer {
                 String::from_utf8_lossy(&formatted.stderr)
             );
         }
-        let mut command = java("-Xmx1g");
+        let mut command = java(heap);
         command.arg("kafka.Kafka").arg(&config);
         let mut server = ManagedServer::spawn(command, kafka, log)?;
         server.wait_ready("kafka", || kafka_ready(kafka))?;
