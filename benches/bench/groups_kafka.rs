@@ -1,12 +1,13 @@
 //! The consumer-group scenarios against Apache Kafka (`groups suite --kafka-libs`): one KRaft
 //! broker, started fresh for each half as corral is, with its group settings made the suite's.
 //!
-//! Two things differ from corral's run, both because of how Kafka serves a connection: it reads
-//! a connection's next request only once it has answered the previous one. A parked JoinGroup or
+//! The connections differ from corral's run, because of how Kafka serves a connection: it reads a
+//! connection's next request only once it has answered the previous one. A parked JoinGroup or
 //! SyncGroup would hold back every member behind it on a shared connection, so each simulated
-//! member parks on a connection of its own (as a real client does), and the requests answered at
-//! once are spread over more connections. A scenario Kafka fails is a result: it is recorded with
-//! its error and the suite goes on with the next.
+//! member parks on a connection of its own (as a real client does); and the requests answered at
+//! once (heartbeats, commits) are spread over at least 64 connections, with as many in flight in
+//! all as corral gets on its few. A scenario Kafka fails is a result: it is recorded with its
+//! error and the suite goes on with the next.
 
 use std::path::Path;
 
@@ -19,6 +20,8 @@ use crate::wire::SocketOpts;
 
 /// Kafka's heap: the 2 GiB that issue-sized runs give corral's whole process.
 const HEAP: &str = "-Xmx2g";
+/// Connections at least for requests answered at once (Kafka serves one at a time on each).
+const PARALLEL_CONNECTIONS: usize = 64;
 
 /// Runs the halves `opts` asks for against Kafka and prints their report; the options as they
 /// were used, and the results.
@@ -29,9 +32,13 @@ pub(crate) fn run(
     runtime: &tokio::runtime::Runtime,
     local: &tokio::task::LocalSet,
 ) -> Result<(GroupsOpts, Results)> {
+    let spread = |connections: usize| connections.max(PARALLEL_CONNECTIONS);
     let opts = GroupsOpts {
         per_parking_lane: 1,
-        fast_lanes: opts.fast_lanes.max(16),
+        fast_lanes: spread(opts.fast_lanes),
+        storm_connections: spread(opts.storm_connections),
+        storm_depth: (opts.storm_depth * opts.storm_connections).div_ceil(spread(opts.storm_connections)),
+        commit_connections: spread(opts.commit_connections),
         // A connection per member of a wave: keep the waves within the open-file limit.
         groups_per_wave: opts.groups_per_wave.min(1000),
         ..opts.clone()

@@ -7,6 +7,7 @@ import math
 import subprocess
 from pathlib import Path
 
+from apache_kafka import kafka_libs
 from conftest import DEFAULT_BINARY, REPO
 
 BENCH = DEFAULT_BINARY.parent / "corral-bench"
@@ -25,20 +26,25 @@ def positive(value) -> bool:
 
 
 def test_groups_suite_quick(tmp_path):
+    """corral, then Apache Kafka 4.4 through the same scenarios (--kafka-libs)."""
     results = run_bench(
         ["groups", "suite", "--quick", "--members", "20", "--partitions-per-topic", "20", "--topics", "2",
-         "--idle-groups", "100", "--groups-per-wave", "50", "--committers", "20", "--initial-delay-ms", "300"],
+         "--idle-groups", "100", "--groups-per-wave", "50", "--committers", "20", "--initial-delay-ms", "300",
+         "--kafka-libs", str(kafka_libs())],
         tmp_path / "groups.json", tmp_path, timeout=600,
     )
-    rebalances = results["rebalances"]
-    for name in ["classic_start", "classic_leave_hb", "classic_leave_now", "multi_classic_start", "multi_classic_join",
-                 "multi_classic_leave", "multi_consumer_start", "multi_consumer_join", "multi_consumer_leave",
-                 "multi_consumer_join_settled", "multi_consumer_leave_settled"]:
-        assert positive(rebalances[name]["median_total_ms"]), (name, rebalances[name])
-    # Tiny groups may fit in memory the allocator already holds: a number, not necessarily > 0.
-    assert math.isfinite(results["idle_members"]["bytes_per_member_rss"])
-    assert all(positive(run["per_sec"]) for run in results["heartbeat_storm"]), results["heartbeat_storm"]
-    assert all(positive(run["commits_per_sec"]) for run in results["commits"]), results["commits"]
+    for server in [results, results["kafka"]]:
+        assert server["failures"] == [], server["failures"]
+        rebalances = server["rebalances"]
+        for name in ["classic_start", "classic_leave_hb", "classic_leave_now", "multi_classic_start", "multi_classic_join",
+                     "multi_classic_leave", "multi_consumer_start", "multi_consumer_join", "multi_consumer_leave",
+                     "multi_consumer_join_settled", "multi_consumer_leave_settled"]:
+            assert positive(rebalances[name]["median_total_ms"]), (name, rebalances[name])
+        # Tiny groups may fit in memory the allocator already holds: a number, not necessarily > 0.
+        assert math.isfinite(server["idle_members"]["bytes_per_member_rss"])
+        assert all(positive(run["per_sec"]) for run in server["heartbeat_storm"]), server["heartbeat_storm"]
+        assert all(positive(run["commits_per_sec"]) for run in server["commits"]), server["commits"]
+    assert results["kafka"]["params"]["members_per_parking_lane"] == 1
 
 
 def test_all_quick_against_corral(tmp_path):
