@@ -155,10 +155,12 @@ pub(crate) async fn dispatch(
     services: &Rc<dyn Services>,
     mut frame: Bytes,
     peer: std::net::SocketAddr,
+    connection: u64,
     security: &Rc<crate::security::session::ConnectionSecurity>,
 ) -> HandlerResult {
     let mut ctx = RequestContext::parse(&mut frame)?;
     ctx.peer = Some(peer);
+    ctx.connection = connection;
     ctx.security = Some(security.clone());
     let Some(entry) = entry(ctx.api_key) else {
         return Err(RequestError::UnsupportedVersion { api: ctx.api_key, version: ctx.api_version });

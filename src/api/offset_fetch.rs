@@ -194,8 +194,15 @@ mod tests {
         request.put_i32(2);
         request.put_i32(0);
         request.put_i32(5);
-        let ctx =
-            RequestContext { api_key: ApiKey::OffsetFetch, api_version: 0, correlation_id: 1, client_id: None, peer: None, security: None };
+        let ctx = RequestContext {
+            api_key: ApiKey::OffsetFetch,
+            api_version: 0,
+            correlation_id: 1,
+            client_id: None,
+            peer: None,
+            connection: 0,
+            security: None,
+        };
         let decoded = decode(&ctx, request.freeze()).unwrap();
         assert_eq!(decoded.group_id.as_str(), "g");
         let topics = decoded.topics.unwrap();

@@ -84,7 +84,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 
     // Enqueued now, so pipelined produces are appended in the order they were sent.
     let acks = request.acks;
-    let appended = services.store().append(AppendPlan { batches: appends, acks, timeout }).await;
+    // A connection's produces keep their order; different connections' may go side by side.
+    let lane = ctx.connection as usize;
+    let appended = services.store().append(AppendPlan { batches: appends, acks, timeout, lane }).await;
     Ok(Handled::Later(Box::pin(async move {
         let mut results: Vec<Option<_>> = appended.await.into_iter().map(Some).collect();
         let mut responses = Vec::with_capacity(topics.len());

@@ -96,6 +96,7 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
 ) {
     let config = &shard.node.config.kafka;
     let security = Rc::new(security);
+    let connection = shard.next_connection_number();
     let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(config.max_frame_bytes as usize).new_codec();
     let mut frames = FramedRead::new(read_half, codec);
     let (tx, rx) = mpsc::channel::<Pending>(config.max_inflight_per_connection);
@@ -169,7 +170,7 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
             let _ = tx.send(Pending { api, started, reply: PendingReply::Ready(Reply::Close(why)), _held: held }).await;
             break;
         }
-        let (reply, close) = match api::dispatch(&services, frame, peer, &security).await {
+        let (reply, close) = match api::dispatch(&services, frame, peer, connection, &security).await {
             Ok(Handled::Now(reply)) => (PendingReply::Ready(reply), false),
             Ok(Handled::Later(fut)) => (PendingReply::Task(tokio::task::spawn_local(fut)), false),
             Err(e) => (PendingReply::Close(e), true),

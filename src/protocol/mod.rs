@@ -41,6 +41,9 @@ pub struct RequestContext {
     pub client_id: Option<StrBytes>,
     /// The client's address (set by the connection).
     pub peer: Option<std::net::SocketAddr>,
+    /// The connection's number on its shard (set by the connection): tells apart the
+    /// connections of one client.
+    pub connection: u64,
     /// The connection's listener and authentication (set by the connection).
     pub security: Option<std::rc::Rc<crate::security::session::ConnectionSecurity>>,
 }
@@ -63,6 +66,7 @@ impl RequestContext {
             correlation_id: header.correlation_id,
             client_id: header.client_id,
             peer: None,
+            connection: 0,
             security: None,
         })
     }

@@ -47,6 +47,8 @@ pub struct Shard {
     groups: Box<dyn GroupRouter>,
     /// A sidecar's forwarding of group requests to the group service.
     sidecar: Option<Rc<crate::sidecar::forward::Forwarder>>,
+    /// Client connections accepted by this shard so far: the next one's number.
+    connections_accepted: std::cell::Cell<u64>,
 }
 
 impl Shard {
@@ -68,8 +70,16 @@ impl Shard {
                 store,
                 groups: Box::new(LocalGroups::new(shard.clone())),
                 sidecar,
+                connections_accepted: std::cell::Cell::new(0),
             }
         })
+    }
+
+    /// Numbers a newly accepted client connection (unique on this shard).
+    pub(crate) fn next_connection_number(&self) -> u64 {
+        let number = self.connections_accepted.get();
+        self.connections_accepted.set(number + 1);
+        number
     }
 
     /// The group coordinator as the group APIs reach it from this shard.

@@ -53,6 +53,9 @@ pub struct AppendPlan {
     pub acks: i16,
     /// How long the producer waits for the answer.
     pub timeout: Duration,
+    /// Names the producing client connection: appends with the same lane keep their order on
+    /// the way to an upstream, those of different lanes may be worked on side by side.
+    pub lane: usize,
 }
 
 /// Where an appended batch landed.

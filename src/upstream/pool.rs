@@ -1,9 +1,10 @@
 //! A shard's connections to the upstream brokers.
 //!
 //! Two kinds, because a Kafka broker works through one connection's requests one at a time:
-//! - the *ordered* connection, one per broker: every Produce from this shard to that broker goes
-//!   over it, so pipelined produces of a client (whose connection lives on one shard) reach the
-//!   broker in the order they were sent;
+//! - *ordered* connections, up to `pool_size` lanes per broker: each client connection's
+//!   Produce requests to that broker go over one lane, so its pipelined produces reach the broker
+//!   in the order they were sent, while produces of different clients are worked on side by side
+//!   (over one connection the broker would take them one at a time);
 //! - *leased* connections for everything else: a long-polling Fetch holds its connection until
 //!   the broker answers, so each request takes an idle one (or opens one) for itself and gives
 //!   it back after. Up to `pool_size` idle ones are kept per broker.
@@ -20,7 +21,8 @@ use std::sync::Arc;
 struct BrokerConnections {
     /// The broker's address when these were opened: a broker that moved gets new ones.
     address: String,
-    ordered: Option<Rc<Connection>>,
+    /// Ordered connections by lane.
+    ordered: HashMap<usize, Rc<Connection>>,
     idle: Vec<Rc<Connection>>,
 }
 
@@ -78,14 +80,16 @@ impl Pool {
         f(entry)
     }
 
-    /// The ordered connection to `broker` at `address` (opened again if it was lost).
-    pub fn ordered(&self, broker: i32, address: &str) -> Rc<Connection> {
-        self.with_broker(broker, address, |b| match &b.ordered {
+    /// The ordered connection of `lane` (taken modulo `pool_size`) to `broker` at `address`,
+    /// opened again if it was lost.
+    pub fn ordered(&self, broker: i32, address: &str, lane: usize) -> Rc<Connection> {
+        let lane = lane % self.upstream.config.pool_size;
+        self.with_broker(broker, address, |b| match b.ordered.get(&lane) {
             Some(c) if !c.is_closed() => c.clone(),
             _ => {
                 crate::metrics::upstream_connection_opened(broker);
                 let c = Rc::new(Connection::open(address.to_string(), self.upstream.dialer.clone()));
-                b.ordered = Some(c.clone());
+                b.ordered.insert(lane, c.clone());
                 c
             }
         })

@@ -137,7 +137,7 @@ fn plan(partitions: Vec<PartitionFetch>, max_bytes: u64, max_wait: Duration) -> 
 
 /// Appends as a Produce with acks=all sends them.
 fn appending(batches: Vec<Append>) -> AppendPlan {
-    AppendPlan { batches, acks: -1, timeout: Duration::from_secs(30) }
+    AppendPlan { batches, acks: -1, timeout: Duration::from_secs(30), lane: 0 }
 }
 
 /// The record bytes of a fetched partition, wherever they are.

@@ -1,5 +1,5 @@
 //! Produce to the upstream: one Produce per leading broker, over the shard's ordered connection
-//! to it, sent again to the new leader while the request's timeout lasts.
+//! of the client's lane to it, sent again to the new leader while the request's timeout lasts.
 //!
 //! Batches of idempotent producers are never sent again here: the producer re-sends every batch
 //! after a failed one itself, in sequence order. Were corral to re-send one while the client's
@@ -92,7 +92,7 @@ fn send(
     {
         let Ok(address) = view.address(broker) else { continue };
         let request = produce_request(plan, &positions);
-        let connection = pool.ordered(broker, address);
+        let connection = pool.ordered(broker, address, plan.lane);
         let started = Instant::now();
         let outcome: Result<LocalBoxFuture<'static, _>, UpstreamError> = if plan.acks == 0 {
             connection.send_only(version, &request).map(|()| -> LocalBoxFuture<'static, _> { Box::pin(std::future::ready(Ok(None))) })
