@@ -1,5 +1,5 @@
-//! Produce to the upstream: one Produce per leading broker, over the shard's ordered connection
-//! of the client's lane to it, sent again to the new leader while the request's timeout lasts.
+//! Produce to the upstream: one Produce per leading broker, over the ordered connection of the
+//! client connection's lane to it, sent again to the new leader while the request's timeout lasts.
 //!
 //! Batches of idempotent producers are never sent again here: the producer re-sends every batch
 //! after a failed one itself, in sequence order. Were corral to re-send one while the client's
