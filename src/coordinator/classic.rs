@@ -386,7 +386,7 @@ impl CoordinatorState {
                 restored.awaiting_join = None;
                 restored.awaiting_sync = None;
                 touch_session(&id, &mut restored, out, now);
-                group.members.insert(restored.id.clone(), restored);
+                group.insert_member(restored);
                 group.leader = old_leader;
             }
         }
@@ -411,7 +411,10 @@ fn accepts_joining_member(group: &ClassicGroup, member_id: &str, max: usize) -> 
     match group.state {
         GroupState::Empty | GroupState::Dead => true,
         GroupState::PreparingRebalance => {
-            group.members.get(member_id).is_some_and(|m| m.awaiting_join.is_some()) || group.joined_count() < max
+            // Fewer members than the limit: fewer joined too (counting them goes through all).
+            group.members.len() < max
+                || group.members.get(member_id).is_some_and(|m| m.awaiting_join.is_some())
+                || group.joined_count() < max
         }
         GroupState::CompletingRebalance | GroupState::Stable => group.members.contains_key(member_id) || group.members.len() < max,
     }
@@ -529,8 +532,8 @@ fn member_list(group: &ClassicGroup) -> Vec<JoinedMember> {
 
 /// Updates a known member from its JoinGroup and parks the request.
 fn update_member(group: &mut ClassicGroup, out: &mut Outbox, now: i64, request: &JoinRequest, token: Token) {
+    group.set_protocols(&request.member_id, copy_protocols(&request.protocols));
     let member = group.members.get_mut(&request.member_id).expect("validated member");
-    member.protocols = copy_protocols(&request.protocols);
     member.session_timeout_ms = request.session_timeout_ms;
     member.rebalance_timeout_ms = request.rebalance_timeout_ms;
     if let Some(previous) = member.awaiting_join.replace(ParkedJoin { token, version: request.version }) {
@@ -583,7 +586,7 @@ fn add_member_and_rebalance(
     if let Some(instance) = &request.instance_id {
         group.static_members.insert(instance.clone(), member_id.clone());
     }
-    group.members.insert(member_id.clone(), member);
+    group.insert_member(member);
     if group.is(GroupState::PreparingRebalance) && matches!(group.join_phase, JoinPhase::Initial { .. }) {
         group.new_member_added = true;
     }
@@ -634,7 +637,7 @@ fn replace_static_member(
         GroupEvent::MemberRemoved { group: id.clone(), kind: GroupKind::Classic, member: old_id.clone(), departure: Departure::Replaced },
     );
     out.event(now, GroupEvent::MemberJoined { group: id.clone(), kind: GroupKind::Classic, member: new_id.clone() });
-    group.members.insert(new_id.clone(), member);
+    group.insert_member(member);
     if old_leader.as_deref() == Some(old_id.as_str()) || group.leader.is_none() {
         group.leader = Some(new_id.clone());
     }
@@ -647,9 +650,9 @@ fn replace_static_member(
     match group.state {
         GroupState::Stable => {
             let selected_before = group.protocol_name.clone();
+            group.set_protocols(&new_id, copy_protocols(&joined.protocols));
             {
                 let m = group.members.get_mut(&new_id).expect("just inserted");
-                m.protocols = copy_protocols(&joined.protocols);
                 m.session_timeout_ms = joined.session_timeout_ms;
                 m.rebalance_timeout_ms = joined.rebalance_timeout_ms;
             }

@@ -90,8 +90,15 @@ pub struct ClassicGroup {
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub leader: Option<String>,
-    /// In join order.
+    /// In join order. Add members with [`ClassicGroup::insert_member`] and change their
+    /// protocols with [`ClassicGroup::set_protocols`], which keep `protocol_support`.
     pub members: IndexMap<String, Member>,
+    /// How many members support each protocol name, so that a JoinGroup's compatibility check
+    /// does not go through every member (a 10,000-member group rejoining would take a second).
+    protocol_support: HashMap<String, usize>,
+    /// Where [`ClassicGroup::all_members_joined`] last found a member without a JoinGroup (a
+    /// hint only: every member is looked at).
+    not_joined_hint: std::cell::Cell<usize>,
     pub static_members: HashMap<String, String>,
     /// Member ids handed out with MEMBER_ID_REQUIRED, with their expiry.
     pub pending_members: HashMap<String, i64>,
@@ -116,6 +123,8 @@ impl ClassicGroup {
             protocol_name: None,
             leader: None,
             members: IndexMap::new(),
+            protocol_support: HashMap::new(),
+            not_joined_hint: std::cell::Cell::new(0),
             static_members: HashMap::new(),
             pending_members: HashMap::new(),
             pending_sync: HashSet::new(),
@@ -143,8 +152,17 @@ impl ClassicGroup {
     }
 
     /// Every member has a parked JoinGroup and no MEMBER_ID_REQUIRED member is outstanding.
+    /// Asked after each JoinGroup: the members are looked at from the one last found without a
+    /// JoinGroup, so a group rejoining in (about) join order is not gone through at each one.
     pub fn all_members_joined(&self) -> bool {
-        self.pending_members.is_empty() && self.members.values().all(|m| m.awaiting_join.is_some())
+        if !self.pending_members.is_empty() {
+            return false;
+        }
+        let n = self.members.len();
+        let start = self.not_joined_hint.get().min(n);
+        let missing = (start..n).chain(0..start).find(|&i| self.members[i].awaiting_join.is_none());
+        self.not_joined_hint.set(missing.unwrap_or(0));
+        missing.is_none()
     }
 
     pub fn joined_count(&self) -> usize {
@@ -158,8 +176,31 @@ impl ClassicGroup {
         if self.is(GroupState::Empty) {
             return !protocol_type.is_empty() && !protocols.is_empty();
         }
-        self.protocol_type.as_deref() == Some(protocol_type)
-            && protocols.iter().any(|(name, _)| self.members.values().all(|m| m.protocols.iter().any(|(n, _)| n == name)))
+        let everyone = self.members.len();
+        let supported =
+            protocols.iter().any(|(name, _)| everyone == 0 || self.protocol_support.get(name).copied().unwrap_or(0) == everyone);
+        debug_assert_eq!(
+            supported,
+            protocols.iter().any(|(name, _)| self.members.values().all(|m| m.protocols.iter().any(|(n, _)| n == name))),
+            "protocol_support is out of step with the members"
+        );
+        self.protocol_type.as_deref() == Some(protocol_type) && supported
+    }
+
+    /// Adds (or replaces) a member.
+    pub fn insert_member(&mut self, member: Member) {
+        count_support(&mut self.protocol_support, &member.protocols, true);
+        if let Some(old) = self.members.insert(member.id.clone(), member) {
+            count_support(&mut self.protocol_support, &old.protocols, false);
+        }
+    }
+
+    /// Sets the protocols a member supports (from its JoinGroup).
+    pub fn set_protocols(&mut self, member_id: &str, protocols: Vec<(String, Bytes)>) {
+        let Some(member) = self.members.get_mut(member_id) else { return };
+        count_support(&mut self.protocol_support, &protocols, true);
+        let old = std::mem::replace(&mut member.protocols, protocols);
+        count_support(&mut self.protocol_support, &old, false);
     }
 
     /// Protocol selection: candidates are the names every member supports; each member votes
@@ -221,6 +262,7 @@ impl ClassicGroup {
     /// Removes a member and everything that refers to it; picks a new leader if needed.
     pub fn remove_member(&mut self, member_id: &str) -> Option<Member> {
         let member = self.members.shift_remove(member_id)?;
+        count_support(&mut self.protocol_support, &member.protocols, false);
         if let Some(instance) = &member.instance_id {
             if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
                 self.static_members.remove(instance);
@@ -231,5 +273,96 @@ impl ClassicGroup {
             self.leader = self.members.keys().next().cloned();
         }
         Some(member)
+    }
+}
+
+/// Counts (or uncounts) a member's protocol names, each name once.
+fn count_support(support: &mut HashMap<String, usize>, protocols: &[(String, Bytes)], add: bool) {
+    for (i, (name, _)) in protocols.iter().enumerate() {
+        if protocols[..i].iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if add {
+            *support.entry(name.clone()).or_default() += 1;
+        } else if let Some(count) = support.get_mut(name) {
+            *count -= 1;
+            if *count == 0 {
+                support.remove(name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, protocols: &[&str]) -> Member {
+        Member {
+            id: id.to_string(),
+            instance_id: None,
+            client_id: "client".to_string(),
+            client_host: "/127.0.0.1".to_string(),
+            rebalance_timeout_ms: 60_000,
+            session_timeout_ms: 30_000,
+            protocols: protocols.iter().map(|p| (p.to_string(), Bytes::new())).collect(),
+            assignment: Bytes::new(),
+            awaiting_join: None,
+            awaiting_sync: None,
+            is_new: false,
+            session_deadline: None,
+        }
+    }
+
+    fn offer(protocols: &[&str]) -> Vec<(String, Bytes)> {
+        protocols.iter().map(|p| (p.to_string(), Bytes::new())).collect()
+    }
+
+    fn stable_group() -> ClassicGroup {
+        let mut group = ClassicGroup::new("g".to_string(), 0);
+        group.protocol_type = Some("consumer".to_string());
+        group.transition(GroupState::Stable, 0);
+        group
+    }
+
+    #[test]
+    fn a_protocol_fits_only_while_every_member_supports_it() {
+        let mut group = stable_group();
+        group.insert_member(member("a", &["range", "roundrobin"]));
+        group.insert_member(member("b", &["roundrobin", "roundrobin"]));
+        assert!(group.supports("consumer", &offer(&["roundrobin"])));
+        assert!(!group.supports("consumer", &offer(&["range"])));
+        assert!(!group.supports("connect", &offer(&["roundrobin"])));
+        // b changes its mind, then leaves: what it supported no longer limits the group.
+        group.set_protocols("b", offer(&["range"]));
+        assert!(group.supports("consumer", &offer(&["range"])));
+        assert!(!group.supports("consumer", &offer(&["roundrobin"])));
+        group.remove_member("b");
+        assert!(group.supports("consumer", &offer(&["roundrobin"])));
+        // Replacing a member under its id counts it once.
+        group.insert_member(member("a", &["sticky"]));
+        assert!(group.supports("consumer", &offer(&["sticky"])));
+        assert!(!group.supports("consumer", &offer(&["roundrobin"])));
+    }
+
+    #[test]
+    fn all_members_joined_looks_at_every_member_whatever_the_order_they_join_in() {
+        let mut group = stable_group();
+        for id in ["a", "b", "c", "d"] {
+            group.insert_member(member(id, &["range"]));
+        }
+        let parked = || Some(ParkedJoin { token: 0, version: 5 });
+        for id in ["c", "a", "d"] {
+            group.members.get_mut(id).unwrap().awaiting_join = parked();
+            assert!(!group.all_members_joined());
+        }
+        group.members.get_mut("b").unwrap().awaiting_join = parked();
+        assert!(group.all_members_joined());
+        // A member that joined earlier is found missing again once its JoinGroup is answered.
+        group.members.get_mut("a").unwrap().awaiting_join = None;
+        assert!(!group.all_members_joined());
+        group.members.get_mut("a").unwrap().awaiting_join = parked();
+        group.pending_members.insert("e".to_string(), 0);
+        assert!(!group.all_members_joined());
     }
 }

@@ -156,23 +156,20 @@ fn classic_group_from(group: &ConsumerGroup, leaving: &str, now: i64) -> Classic
         if let Some(instance) = &m.instance_id {
             classic.static_members.insert(instance.clone(), m.id.clone());
         }
-        classic.members.insert(
-            m.id.clone(),
-            Member {
-                id: m.id.clone(),
-                instance_id: m.instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                rebalance_timeout_ms: m.rebalance_timeout_ms,
-                session_timeout_ms: meta.session_timeout_ms,
-                protocols: meta.protocols.clone(),
-                assignment: Bytes::new(),
-                awaiting_join: None,
-                awaiting_sync: None,
-                is_new: false,
-                session_deadline: Some(now + meta.session_timeout_ms as i64),
-            },
-        );
+        classic.insert_member(Member {
+            id: m.id.clone(),
+            instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            session_timeout_ms: meta.session_timeout_ms,
+            protocols: meta.protocols.clone(),
+            assignment: Bytes::new(),
+            awaiting_join: None,
+            awaiting_sync: None,
+            is_new: false,
+            session_deadline: Some(now + meta.session_timeout_ms as i64),
+        });
     }
     classic.protocol_name = classic.select_protocol();
     let protocol = classic.protocol_name.clone().unwrap_or_default();

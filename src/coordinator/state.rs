@@ -356,23 +356,20 @@ impl CoordinatorState {
                     if let Some(instance) = &m.instance_id {
                         g.static_members.insert(instance.clone(), m.member_id.clone());
                     }
-                    g.members.insert(
-                        m.member_id.clone(),
-                        Member {
-                            id: m.member_id,
-                            instance_id: m.instance_id,
-                            client_id: m.client_id,
-                            client_host: m.client_host,
-                            rebalance_timeout_ms: m.rebalance_timeout_ms,
-                            session_timeout_ms: m.session_timeout_ms,
-                            protocols: vec![(protocol, m.subscription)],
-                            assignment: m.assignment,
-                            awaiting_join: None,
-                            awaiting_sync: None,
-                            is_new: false,
-                            session_deadline: None,
-                        },
-                    );
+                    g.insert_member(Member {
+                        id: m.member_id,
+                        instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        rebalance_timeout_ms: m.rebalance_timeout_ms,
+                        session_timeout_ms: m.session_timeout_ms,
+                        protocols: vec![(protocol, m.subscription)],
+                        assignment: m.assignment,
+                        awaiting_join: None,
+                        awaiting_sync: None,
+                        is_new: false,
+                        session_deadline: None,
+                    });
                 }
                 g.state = if g.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
                 g.previous_state = g.state;
