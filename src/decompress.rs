@@ -7,8 +7,17 @@
 
 use std::io::Read;
 
-use crate::record_batch::Compression;
 use bytes::{Buf, Bytes};
+
+/// Compression codec of a record batch (the low three bits of its attributes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
 
 /// The most a batch's records may take uncompressed.
 pub const MAX_DECOMPRESSED_BYTES: usize = 32 << 20;

@@ -26,6 +26,8 @@
 
 use bytes::Buf;
 
+pub use crate::decompress::Compression;
+
 /// Size of the fixed batch header.
 pub const HEADER_LEN: usize = 61;
 /// Bytes before `batch_length` counts: base offset and the length itself.
@@ -33,16 +35,6 @@ pub const LOG_OVERHEAD: usize = 12;
 /// Position of the first byte covered by the CRC.
 const CRC_START: usize = 21;
 const MAGIC_V2: i8 = 2;
-
-/// Compression codec from the low three attribute bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    None,
-    Gzip,
-    Snappy,
-    Lz4,
-    Zstd,
-}
 
 /// Why a batch was refused. Each maps to one Kafka error code in the produce handler.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
