@@ -120,6 +120,7 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
                             last_stable_offset: data.last_stable_offset,
                             log_start_offset: data.log_start_offset,
                             records: data.records,
+                            aborted_transactions: data.aborted_transactions,
                         },
                         Some(Err(e)) => FetchPartitionReply::error(index, e.code().code()),
                         None => FetchPartitionReply::error(index, ResponseError::UnknownServerError.code()),

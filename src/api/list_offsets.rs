@@ -65,7 +65,12 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 None => Err(ResponseError::UnknownTopicOrPartition),
                 Some(t) => {
                     let partition = PartitionRef { topic: t.clone(), index: p.partition_index };
-                    queries.push(OffsetQuery { partition, spec: spec(p.timestamp, v0), current_leader_epoch: p.current_leader_epoch });
+                    queries.push(OffsetQuery {
+                        partition,
+                        spec: spec(p.timestamp, v0),
+                        current_leader_epoch: p.current_leader_epoch,
+                        isolation_level: request.isolation_level,
+                    });
                     Ok(queries.len() - 1)
                 }
             };

@@ -40,12 +40,29 @@ pub struct FetchPartitionReply {
     /// Record data: a segment-file range or bytes (from an upstream broker); `None` is sent as
     /// an empty record set.
     pub records: Option<Chunk>,
+    /// The aborted transactions among the records, for a read-committed consumer to skip.
+    pub aborted_transactions: Vec<AbortedTransaction>,
+}
+
+/// A transaction aborted within the fetched records: its producer and its first offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: i64,
 }
 
 impl FetchPartitionReply {
     /// A partition answered with an error and no data.
     pub fn error(partition_index: i32, error_code: i16) -> FetchPartitionReply {
-        FetchPartitionReply { partition_index, error_code, high_watermark: -1, last_stable_offset: -1, log_start_offset: -1, records: None }
+        FetchPartitionReply {
+            partition_index,
+            error_code,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            records: None,
+            aborted_transactions: Vec::new(),
+        }
     }
 }
 
@@ -79,7 +96,14 @@ pub fn encode(correlation_id: i32, version: i16, reply: FetchReply) -> ChunkedFr
             if version >= 5 {
                 w.buf.put_i64(p.log_start_offset);
             }
-            w.array_len(0, flexible); // aborted transactions: none
+            w.array_len(p.aborted_transactions.len(), flexible);
+            for aborted in &p.aborted_transactions {
+                w.buf.put_i64(aborted.producer_id);
+                w.buf.put_i64(aborted.first_offset);
+                if flexible {
+                    w.buf.put_u8(0); // aborted transaction tagged fields
+                }
+            }
             if version >= 11 {
                 w.buf.put_i32(-1); // preferred read replica
             }
@@ -180,10 +204,11 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-    use kafka_protocol::messages::{FetchResponse, TopicName};
+    use kafka_protocol::messages::fetch_response::{AbortedTransaction as TheirAborted, FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
 
-    use super::*;
+    use super::encode;
+    use super::{AbortedTransaction, Chunk, ChunkedFrame, FetchPartitionReply, FetchReply, FetchTopicReply, FileSlice, StrBytes, Uuid};
     use crate::protocol::encode_frame;
 
     /// Concatenates the chunks, reading file ranges.
@@ -227,6 +252,7 @@ mod tests {
                                 last_stable_offset: 100,
                                 log_start_offset: 3,
                                 records: Some(Chunk::File(FileSlice { file: file.clone(), position: 10, len: 1000 })),
+                                aborted_transactions: Vec::new(),
                             },
                             FetchPartitionReply::error(1, 1),
                             FetchPartitionReply {
@@ -236,6 +262,10 @@ mod tests {
                                 last_stable_offset: 5,
                                 log_start_offset: 0,
                                 records: Some(Chunk::Bytes(Bytes::from_static(b"upstream batch"))),
+                                aborted_transactions: vec![
+                                    AbortedTransaction { producer_id: 7, first_offset: 1 },
+                                    AbortedTransaction { producer_id: 9, first_offset: 3 },
+                                ],
                             },
                         ],
                     },
@@ -249,6 +279,7 @@ mod tests {
                             last_stable_offset: 9,
                             log_start_offset: 0,
                             records: Some(Chunk::File(FileSlice { file: file.clone(), position: 2000, len: 200 })),
+                            aborted_transactions: Vec::new(),
                         }],
                     },
                 ],
@@ -275,7 +306,10 @@ mod tests {
                     .with_partitions(vec![
                         partition(0, 0, 100, 100, 3, Some(Bytes::copy_from_slice(&data[10..1010]))),
                         partition(1, 1, -1, -1, -1, Some(Bytes::new())),
-                        partition(2, 0, 5, 5, 0, Some(Bytes::from_static(b"upstream batch"))),
+                        partition(2, 0, 5, 5, 0, Some(Bytes::from_static(b"upstream batch"))).with_aborted_transactions(Some(vec![
+                            TheirAborted::default().with_producer_id(ProducerId(7)).with_first_offset(1),
+                            TheirAborted::default().with_producer_id(ProducerId(9)).with_first_offset(3),
+                        ])),
                     ]),
                 FetchableTopicResponse::default()
                     .with_topic(TopicName(StrBytes::from_static_str("x")))

@@ -28,6 +28,7 @@ use kafka_protocol::ResponseError;
 
 use crate::chunk::Chunk;
 use crate::cluster::catalog::Topic;
+pub use crate::protocol::fetch_response::AbortedTransaction;
 use crate::storage::StorageError;
 
 /// One partition of a topic the catalog knows.
@@ -97,6 +98,9 @@ pub struct PartitionData {
     pub log_start_offset: i64,
     /// Whole record batches (the last one possibly cut short, as Kafka sends it); `None`: none.
     pub records: Option<Chunk>,
+    /// Transactions aborted among the records (a read-committed fetch from an upstream; local
+    /// partitions hold no transactions).
+    pub aborted_transactions: Vec<AbortedTransaction>,
 }
 
 /// What a ListOffsets entry asks for.
@@ -125,6 +129,8 @@ pub struct OffsetQuery {
     pub partition: PartitionRef,
     pub spec: OffsetSpec,
     pub current_leader_epoch: i32,
+    /// 0: read uncommitted, 1: read committed (the latest offset is then the last stable one).
+    pub isolation_level: i8,
 }
 
 /// A found offset: `(offset, timestamp)`, the timestamp -1 where the spec has none.

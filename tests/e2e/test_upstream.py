@@ -236,3 +236,69 @@ def test_the_whole_upstream_down_then_back(front, apache_kafka_classic):
     )
     values = [r.value for r in clients.consume_all(front.bootstrap, topic)[0]]
     assert values[0] == b"before" and b"after" in values and b"while down" not in values, values
+
+
+def test_a_read_committed_consumer_skips_transactions_aborted_in_kafka(front, apache_kafka_classic):
+    """Transactions written to Kafka directly (corral serves no transactional producer); a
+    read-committed consumer through corral skips the aborted one, as it does reading from Kafka:
+    the upstream's aborted-transaction list reaches the client with the records, and ListOffsets
+    asks the upstream with the client's isolation level."""
+    from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+
+    topic = unique("up-txn")
+    clients.create_topic(front.bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": apache_kafka_classic.bootstrap, "transactional.id": unique("up-txn-id")})
+    producer.init_transactions(30)
+    for txn, n, commit in (("t1", 3, True), ("t2", 4, False), ("t3", 2, True)):
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(topic, f"{txn}-{i}".encode(), partition=0)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    # With a transaction open, the latest offset for read committed is its first offset (the last
+    # stable offset), as Kafka answers it; read uncommitted gets the high watermark.
+    producer.begin_transaction()
+    producer.produce(topic, b"open-0", partition=0)
+    producer.produce(topic, b"open-1", partition=0)
+    producer.flush(30)
+    latest = {server: (latest_offset(server, topic, IsolationLevel.READ_COMMITTED), latest_offset(server, topic, IsolationLevel.READ_UNCOMMITTED))
+              for server in (apache_kafka_classic.bootstrap, front.bootstrap)}
+    producer.abort_transaction(30)
+    del producer  # closes it while Kafka is up
+    stable, end = latest[apache_kafka_classic.bootstrap]
+    assert stable < end
+    assert latest[front.bootstrap] == (stable, end)
+
+    def read(bootstrap: str, isolation: str) -> list[bytes]:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("up-txn-reader"), "isolation.level": isolation,
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        try:
+            # The last record written comes after any aborted one a consumer would wrongly get.
+            while b"t3-1" not in values and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and m.error() is None:
+                    values.append(m.value())
+        finally:
+            consumer.close()
+        return values
+
+    committed_only = [b"t1-0", b"t1-1", b"t1-2", b"t3-0", b"t3-1"]
+    everything = [b"t1-0", b"t1-1", b"t1-2", b"t2-0", b"t2-1", b"t2-2", b"t2-3", b"t3-0", b"t3-1"]
+    assert read(apache_kafka_classic.bootstrap, "read_committed") == committed_only
+    assert read(front.bootstrap, "read_committed") == committed_only
+    assert read(front.bootstrap, "read_uncommitted") == everything
+
+
+def latest_offset(bootstrap: str, topic: str, isolation) -> int:
+    """Partition 0's latest offset as ListOffsets answers it for `isolation`."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition(topic, 0)
+    futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation, request_timeout=30)
+    return futures[tp].result(30).offset

@@ -180,7 +180,7 @@ async fn fetch_one(store: &dyn PartitionStore, partition: &PartitionRef, offset:
 }
 
 async fn offset_of(store: &dyn PartitionStore, partition: &PartitionRef, spec: OffsetSpec) -> Result<Option<(i64, i64)>, ResponseError> {
-    let query = OffsetQuery { partition: partition.clone(), spec, current_leader_epoch: -1 };
+    let query = OffsetQuery { partition: partition.clone(), spec, current_leader_epoch: -1, isolation_level: 0 };
     store.list_offsets(vec![query]).await.remove(0).map_err(|e| e.code())
 }
 

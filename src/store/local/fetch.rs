@@ -143,6 +143,7 @@ fn within_budget(reads: Vec<Result<ReadInfo, StoreError>>, max_bytes: u64) -> (R
                 last_stable_offset: info.high_watermark,
                 log_start_offset: info.log_start_offset,
                 records: records.map(Chunk::File),
+                aborted_transactions: Vec::new(),
             })
         })
         .collect();

@@ -16,6 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{note, split, upstream_error, FetchPlan, PartitionData, Results, StoreError};
 use crate::chunk::Chunk;
+use crate::store::AbortedTransaction;
 use crate::upstream::pool::{Lease, Pool};
 use crate::upstream::UpstreamError;
 
@@ -218,6 +219,12 @@ fn record(
                     last_stable_offset: p.last_stable_offset,
                     log_start_offset: p.log_start_offset,
                     records: records.map(Chunk::Bytes),
+                    aborted_transactions: p
+                        .aborted_transactions
+                        .iter()
+                        .flatten()
+                        .map(|a| AbortedTransaction { producer_id: a.producer_id.0, first_offset: a.first_offset })
+                        .collect(),
                 })
             }
         };
@@ -253,7 +260,13 @@ mod tests {
     }
 
     fn data(records: Option<Bytes>) -> Result<PartitionData, StoreError> {
-        Ok(PartitionData { high_watermark: 10, last_stable_offset: 10, log_start_offset: 0, records: records.map(Chunk::Bytes) })
+        Ok(PartitionData {
+            high_watermark: 10,
+            last_stable_offset: 10,
+            log_start_offset: 0,
+            records: records.map(Chunk::Bytes),
+            ..Default::default()
+        })
     }
 
     fn kept(results: &[Result<PartitionData, StoreError>]) -> Vec<usize> {

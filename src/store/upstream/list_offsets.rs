@@ -80,14 +80,22 @@ async fn ask(pool: &Rc<Pool>, queries: &[OffsetQuery], timestamp: impl Fn(&Offse
                     .with_timestamp(timestamp(q)),
             );
         }
-        let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_timeout_ms(timeout.as_millis() as i32).with_topics(
-            topics
-                .into_iter()
-                .map(|(name, partitions)| {
-                    ListOffsetsTopic::default().with_name(TopicName(StrBytes::from_string(name.to_string()))).with_partitions(partitions)
-                })
-                .collect(),
-        );
+        // The queries of one ListOffsets share its isolation level.
+        let isolation_level = positions.iter().map(|&i| queries[i].isolation_level).max().unwrap_or(0);
+        let request = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_isolation_level(isolation_level)
+            .with_timeout_ms(timeout.as_millis() as i32)
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        ListOffsetsTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
         let lease = pool.lease(broker, address);
         let sent = lease.send(version, &request);
         asked.push(async move {
