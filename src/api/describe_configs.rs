@@ -1,8 +1,13 @@
 //! DescribeConfigs (key 32): topic configs (effective value and source) and this broker's.
+//!
+//! In front of an upstream cluster, a topic's configs are the upstream's: those resources are
+//! asked of it in one request and its answers put in their places. `__consumer_offsets` and the
+//! broker resource stay corral's.
 
 use std::rc::Rc;
 
 use bytes::Bytes;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym};
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -10,9 +15,11 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
+use crate::cluster::TopicError;
 use crate::config::Config;
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
+use crate::upstream::admin::describe_topic_configs;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
 
@@ -33,12 +40,19 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let request: DescribeConfigsRequest = ctx.decode(body)?;
     let node = services.node();
     let mut results = Vec::with_capacity(request.resources.len());
+    // Topic resources the upstream answers: their positions in `results`, and the resources.
+    let mut upstream_asked: Vec<(usize, DescribeConfigsResource)> = Vec::new();
     for resource in request.resources {
         let mut result =
             DescribeConfigsResult::default().with_resource_type(resource.resource_type).with_resource_name(resource.resource_name.clone());
         let described = match resource.resource_type {
             TOPIC if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Topic(&resource.resource_name)) => {
                 Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
+            }
+            TOPIC if node.upstream.is_some() && *resource.resource_name != *crate::cluster::OFFSETS_TOPIC => {
+                upstream_asked.push((results.len(), resource));
+                results.push(result);
+                continue;
             }
             BROKER if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Cluster) => {
                 Err((ResponseError::ClusterAuthorizationFailed, "Authorization failed.".to_string()))
@@ -77,7 +91,25 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         }
         results.push(result);
     }
-    Ok(Handled::Now(ctx.respond(&DescribeConfigsResponse::default().with_results(results))))
+    let Some(upstream) = node.upstream.clone().filter(|_| !upstream_asked.is_empty()) else {
+        return Ok(Handled::Now(ctx.respond(&DescribeConfigsResponse::default().with_results(results))));
+    };
+    Ok(Handled::Later(Box::pin(async move {
+        let (positions, resources): (Vec<usize>, Vec<DescribeConfigsResource>) = upstream_asked.into_iter().unzip();
+        let version = ctx.api_version;
+        match describe_topic_configs(&upstream, version, resources, request.include_synonyms, request.include_documentation).await {
+            Ok(answers) => positions.into_iter().zip(answers).for_each(|(at, answer)| results[at] = answer),
+            Err(e) => {
+                let message = format!("the upstream cluster did not answer: {e}");
+                let code = TopicError::from(e).error_code().code();
+                for at in positions {
+                    results[at].error_code = code;
+                    results[at].error_message = Some(StrBytes::from_string(message.clone()));
+                }
+            }
+        }
+        ctx.respond(&DescribeConfigsResponse::default().with_results(results))
+    })))
 }
 
 fn to_result(e: Described, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {

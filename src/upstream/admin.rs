@@ -1,5 +1,5 @@
 //! What corral asks of the upstream cluster itself rather than of a partition's leader: topic
-//! changes and producer ids. Sent to the broker the upstream names as its controller (a Kafka
+//! changes, topic configs and producer ids. Sent to the broker the upstream names as its controller (a Kafka
 //! broker passes them on to the active controller), each on a connection of its own: these are
 //! rare, and none should wait behind a long poll.
 //!
@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest, ProducerId, TopicName,
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, InitProducerIdRequest, ProducerId,
+    TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 
@@ -124,6 +127,37 @@ pub async fn delete_topic(upstream: &Upstream, name: &str) -> Result<(), TopicEr
         return Err(refused(result.error_code, result.error_message.as_ref()));
     }
     until(upstream, seen, |view| !view.topics.contains_key(name)).await
+}
+
+/// The upstream's configs of the topics in `resources`, as its DescribeConfigs answers them, in
+/// the order asked. Asked in the highest version both serve up to `version` (the client's), so
+/// the answer holds nothing the client's version cannot carry.
+pub async fn describe_topic_configs(
+    upstream: &Upstream,
+    version: i16,
+    resources: Vec<DescribeConfigsResource>,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> Result<Vec<DescribeConfigsResult>, UpstreamError> {
+    let request = DescribeConfigsRequest::default()
+        .with_resources(resources.clone())
+        .with_include_synonyms(include_synonyms)
+        .with_include_documentation(include_documentation);
+    let (mut response, _) = ask(upstream, ApiKey::DescribeConfigs, (1, version), request).await?;
+    Ok(resources
+        .iter()
+        .map(|asked| {
+            let at = response.results.iter().position(|r| r.resource_type == asked.resource_type && r.resource_name == asked.resource_name);
+            match at {
+                Some(at) => response.results.swap_remove(at),
+                None => DescribeConfigsResult::default()
+                    .with_error_code(kafka_protocol::ResponseError::UnknownServerError.code())
+                    .with_error_message(Some(StrBytes::from_static_str("the upstream did not answer for this resource")))
+                    .with_resource_type(asked.resource_type)
+                    .with_resource_name(asked.resource_name.clone()),
+            }
+        })
+        .collect())
 }
 
 /// A producer id from the upstream, so the sequence numbers of an idempotent producer are the

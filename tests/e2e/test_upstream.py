@@ -293,6 +293,35 @@ def test_a_read_committed_consumer_skips_transactions_aborted_in_kafka(front, ap
     assert read(front.bootstrap, "read_uncommitted") == everything
 
 
+
+def test_topic_configs_are_the_upstreams(front, apache_kafka_classic):
+    """DescribeConfigs of a topic through corral answers what Kafka answers: the configs set at
+    creation through corral, those set in Kafka directly (including ones corral has no setting
+    for), and the sources of the others."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = unique("up-configs")
+    clients.create_topic(front.bootstrap, topic, partitions=1, config={"retention.ms": "123456"})
+    direct_admin = clients.admin_client(apache_kafka_classic.bootstrap)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.compaction.lag.ms", "5000", incremental_operation=AlterConfigOpType.SET)])
+    direct_admin.incremental_alter_configs([resource])[resource].result(30)
+
+    def described(bootstrap: str) -> dict[str, tuple]:
+        admin = clients.admin_client(bootstrap)
+        asked = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = admin.describe_configs([asked], request_timeout=30)[asked].result(30)
+        return {name: (e.value, e.source, e.is_read_only, e.is_sensitive) for name, e in entries.items()}
+
+    def shows_the_change():
+        d = described(front.bootstrap)
+        return d if d.get("min.compaction.lag.ms", (None,))[0] == "5000" else None
+
+    through_corral = wait_until(shows_the_change, "min.compaction.lag.ms set in Kafka to show through corral", timeout=30)
+    assert through_corral["retention.ms"][0] == "123456"
+    assert through_corral == described(apache_kafka_classic.bootstrap)
+
+
 def latest_offset(bootstrap: str, topic: str, isolation) -> int:
     """Partition 0's latest offset as ListOffsets answers it for `isolation`."""
     from confluent_kafka import TopicPartition
