@@ -339,6 +339,10 @@ async fn write_each<W: ClientWriter>(
                 }
                 None => sendfile::copy(socket, &slice, copy_buf).await?,
             },
+            Chunk::Pipe(piped) => match socket.tcp().filter(|_| use_sendfile) {
+                Some(tcp) => piped.splice_to(tcp).await?,
+                None => piped.copy_to(socket, copy_buf).await?,
+            },
         }
     }
     Ok(())

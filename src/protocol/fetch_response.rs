@@ -5,12 +5,11 @@
 //! the first byte is written. This encoder produces exactly that, for Fetch v4–v18 (flexible
 //! encoding from v12). A test checks it byte for byte against the crate's encoder.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Chunk, ChunkedFrame};
-use crate::chunk::FileSlice;
 
 /// The response of one Fetch, before encoding.
 #[derive(Debug, Default)]
@@ -37,8 +36,8 @@ pub struct FetchPartitionReply {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// Record data: a segment-file range or bytes (from an upstream broker); `None` is sent as
-    /// an empty record set.
+    /// Record data: a segment-file range, or bytes or pipes (from an upstream broker); `None`
+    /// is sent as an empty record set.
     pub records: Option<Chunk>,
     /// The aborted transactions among the records, for a read-committed consumer to skip.
     pub aborted_transactions: Vec<AbortedTransaction>,
@@ -114,8 +113,7 @@ pub fn encode(correlation_id: i32, version: i16, reply: FetchReply) -> ChunkedFr
                 w.buf.put_i32(len as i32);
             }
             match p.records {
-                Some(Chunk::File(slice)) if slice.len > 0 => w.file(slice),
-                Some(Chunk::Bytes(bytes)) if !bytes.is_empty() => w.bytes(bytes),
+                Some(records) if !records.is_empty() => w.records(records),
                 _ => {}
             }
             if flexible {
@@ -164,17 +162,12 @@ impl Writer {
         }
     }
 
-    /// Record bytes from elsewhere go out as they are, not copied into the frame's buffer.
-    fn bytes(&mut self, bytes: Bytes) {
+    /// Records go out as they are (a file range, bytes from an upstream broker, pipes), not
+    /// copied into the frame's buffer.
+    fn records(&mut self, records: Chunk) {
         self.flush_bytes();
-        self.len += bytes.len() as u64;
-        self.chunks.push(Chunk::Bytes(bytes));
-    }
-
-    fn file(&mut self, slice: FileSlice) {
-        self.flush_bytes();
-        self.len += slice.len;
-        self.chunks.push(Chunk::File(slice));
+        self.len += records.len();
+        self.chunks.push(records);
     }
 
     fn finish(mut self) -> ChunkedFrame {
@@ -208,7 +201,8 @@ mod tests {
     use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
 
     use super::encode;
-    use super::{AbortedTransaction, Chunk, ChunkedFrame, FetchPartitionReply, FetchReply, FetchTopicReply, FileSlice, StrBytes, Uuid};
+    use super::{AbortedTransaction, Chunk, ChunkedFrame, FetchPartitionReply, FetchReply, FetchTopicReply, StrBytes, Uuid};
+    use crate::chunk::FileSlice;
     use crate::protocol::encode_frame;
 
     /// Concatenates the chunks, reading file ranges.
@@ -222,6 +216,7 @@ mod tests {
                     s.file.read_exact_at(&mut buf, s.position).unwrap();
                     out.extend_from_slice(&buf);
                 }
+                Chunk::Pipe(_) => panic!("these responses hold no pipes"),
             }
         }
         out

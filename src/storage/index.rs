@@ -8,7 +8,7 @@
 //! Entries are added as the segment grows (every `index.interval.bytes` of log) and kept in
 //! memory for lookups. A file is written whole when its segment is sealed, after a scan rebuilt it,
 //! and at a clean shutdown, so a restart loads it instead of scanning the log; no index holds a
-//! descriptor in between. They are not memory-mapped: the only `unsafe` in corral is sendfile.
+//! descriptor in between. They are not memory-mapped: corral's only `unsafe` is for sendfile(2) and splice(2).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -91,7 +91,7 @@ pub struct PartitionFetch {
 }
 
 /// One partition's part of a fetch.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct PartitionData {
     pub high_watermark: i64,
     pub last_stable_offset: i64,

@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures_util::StreamExt;
-use kafka_protocol::messages::RequestHeader;
+use kafka_protocol::messages::{FetchRequest, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-use super::dialer::{Dialer, ReadHalf, WriteHalf};
+use super::dialer::{Dialer, WriteHalf};
+use super::fetch_response::{self, FetchAnswer};
+use super::frame::{FrameReader, ReadHalf};
 use super::UpstreamError;
 
 /// The largest response frame accepted from an upstream broker.
@@ -38,7 +38,22 @@ const MAX_FRAMES_PER_WRITE: usize = 64;
 /// How long a connection no longer used waits for the responses of the requests it carried.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
-type Waiter = oneshot::Sender<Result<Bytes, UpstreamError>>;
+/// Who waits for a response, and in what form.
+enum Waiter {
+    /// The body in memory, for the caller to decode.
+    Body(oneshot::Sender<Result<Bytes, UpstreamError>>),
+    /// A Fetch of this version, parsed as it arrives (its records maybe in pipes).
+    Fetch(i16, oneshot::Sender<Result<FetchAnswer, UpstreamError>>),
+}
+
+impl Waiter {
+    fn fail(self, e: UpstreamError) {
+        let _ = match self {
+            Waiter::Body(tx) => tx.send(Err(e)).map_err(drop),
+            Waiter::Fetch(_, tx) => tx.send(Err(e)).map_err(drop),
+        };
+    }
+}
 
 /// A request waiting for its response.
 struct InFlight {
@@ -114,13 +129,26 @@ impl Connection {
         client_id: Option<StrBytes>,
     ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
         let (waiter, response) = oneshot::channel();
-        self.queue(request, version, client_id, Some(waiter))?;
+        self.queue(request, version, client_id, Some(Waiter::Body(waiter)))?;
         let address = self.address.clone();
         Ok(async move {
             let mut body = response.await.map_err(|_| UpstreamError::Disconnected(address.clone()))??;
             R::Response::decode(&mut body, version)
                 .map_err(|e| UpstreamError::Protocol(format!("{address}: cannot decode the response to API {} v{version}: {e}", R::KEY)))
         })
+    }
+
+    /// Queues a Fetch (v4–v12); its response is parsed as it arrives, its large record sets
+    /// spliced into pipes on a plain TCP connection.
+    pub fn send_fetch(
+        &self,
+        version: i16,
+        request: &FetchRequest,
+    ) -> Result<impl std::future::Future<Output = Result<FetchAnswer, UpstreamError>> + 'static, UpstreamError> {
+        let (waiter, response) = oneshot::channel();
+        self.queue(request, version, None, Some(Waiter::Fetch(version, waiter)))?;
+        let address = self.address.clone();
+        Ok(async move { response.await.map_err(|_| UpstreamError::Disconnected(address))? })
     }
 
     /// Queues a request that gets no response (Produce with acks=0).
@@ -227,7 +255,7 @@ async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedRe
         std::mem::take(&mut state.0.in_flight)
     };
     for request in waiting {
-        let _ = request.waiter.send(Err(error.clone()));
+        request.waiter.fail(error.clone());
     }
 }
 
@@ -257,32 +285,44 @@ async fn write_frames(write_half: &mut WriteHalf, frames: &mut VecDeque<Bytes>) 
 }
 
 async fn read_responses(address: String, read_half: ReadHalf, state: Rc<RefCell<StateCell>>) -> UpstreamError {
-    let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(MAX_RESPONSE_BYTES).new_codec();
-    let mut frames = FramedRead::new(read_half, codec);
+    let mut reader = FrameReader::new(read_half, address.clone(), MAX_RESPONSE_BYTES);
     loop {
-        let frame = match frames.next().await {
-            None => return UpstreamError::Disconnected(format!("{address}: closed by the broker")),
-            Some(Err(e)) => return UpstreamError::Disconnected(format!("{address}: {e}")),
-            Some(Ok(frame)) => frame,
+        let frame = match reader.next_frame().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return UpstreamError::Disconnected(format!("{address}: closed by the broker")),
+            Err(e) => return e,
         };
-        let Some(request) = state.borrow_mut().0.in_flight.pop_front() else {
+        let Some(InFlight { correlation_id, response_header_version, waiter }) = state.borrow_mut().0.in_flight.pop_front() else {
             return UpstreamError::Protocol(format!("{address}: a response to no request"));
         };
-        let mut body = frame.freeze();
-        let header = kafka_protocol::messages::ResponseHeader::decode(&mut body, request.response_header_version);
-        match header {
-            Ok(h) if h.correlation_id == request.correlation_id => {
-                let _ = request.waiter.send(Ok(body));
-                let state = &state.borrow().0;
-                if state.draining && state.in_flight.is_empty() {
-                    return UpstreamError::Disconnected(format!("{address}: closed"));
-                }
+        let out_of_order = || UpstreamError::Protocol(format!("{address}: response out of order"));
+        let answered = match waiter {
+            Waiter::Body(waiter) => {
+                let body = frame.rest().await.and_then(|mut body| match ResponseHeader::decode(&mut body, response_header_version) {
+                    Ok(header) if header.correlation_id == correlation_id => Ok(body),
+                    _ => Err(out_of_order()),
+                });
+                let _ = waiter.send(body.clone());
+                body.map(drop)
             }
-            _ => {
-                let e = UpstreamError::Protocol(format!("{address}: response out of order"));
-                let _ = request.waiter.send(Err(e.clone()));
-                return e;
+            Waiter::Fetch(version, waiter) => {
+                let mut frame = frame;
+                let answer = match fetch_response::read_header(&mut frame, response_header_version).await {
+                    Ok(id) if id == correlation_id => fetch_response::read(&mut frame, version).await,
+                    Ok(_) => Err(out_of_order()),
+                    Err(e) => Err(e),
+                };
+                let failed = answer.as_ref().err().cloned();
+                let _ = waiter.send(answer);
+                failed.map_or(Ok(()), Err)
             }
+        };
+        if let Err(e) = answered {
+            return e;
+        }
+        let state = &state.borrow().0;
+        if state.draining && state.in_flight.is_empty() {
+            return UpstreamError::Disconnected(format!("{address}: closed"));
         }
     }
 }

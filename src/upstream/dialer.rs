@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::frame::ReadHalf;
 use super::UpstreamError;
 use crate::config::{invalid, ConfigError};
 use crate::security::config::{ClientSecurity, TlsConfig};
@@ -33,7 +34,6 @@ const MAX_SASL_FRAME: usize = 64 << 10;
 /// A connection is no longer handed out this long before the broker ends its session.
 const SESSION_MARGIN: Duration = Duration::from_secs(5);
 
-pub type ReadHalf = Box<dyn AsyncRead + Unpin>;
 pub type WriteHalf = Box<dyn AsyncWrite + Unpin>;
 
 /// A connection ready for requests.
@@ -130,7 +130,7 @@ impl Dialer {
             let retire_at = self.login(&mut tcp, address).await?;
             // Plain TCP splits without a lock between the halves.
             let (read, write) = tcp.into_split();
-            return Ok(Dialed { read: Box::new(read), write: Box::new(write), retire_at });
+            return Ok(Dialed { read: ReadHalf::Tcp(read), write: Box::new(write), retire_at });
         };
         let (host, _) = crate::config::parse_host_port(address).map_err(|e| UpstreamError::Unreachable(address.to_string(), e))?;
         let name = rustls::pki_types::ServerName::try_from(host)
@@ -138,7 +138,7 @@ impl Dialer {
         let mut stream = tls.connect(name, tcp).await.map_err(|e| UpstreamError::Refused(address.to_string(), format!("TLS: {e}")))?;
         let retire_at = self.login(&mut stream, address).await?;
         let (read, write) = tokio::io::split(stream);
-        Ok(Dialed { read: Box::new(read), write: Box::new(write), retire_at })
+        Ok(Dialed { read: ReadHalf::Stream(Box::new(read)), write: Box::new(write), retire_at })
     }
 
     /// Authenticates with SASL when configured; returns when to retire the connection.

@@ -13,6 +13,8 @@
 pub mod admin;
 pub mod connection;
 pub mod dialer;
+pub mod fetch_response;
+pub mod frame;
 pub mod pool;
 pub mod refresh;
 

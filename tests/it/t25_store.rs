@@ -140,8 +140,13 @@ fn appending(batches: Vec<Append>) -> AppendPlan {
     AppendPlan { batches, acks: -1, timeout: Duration::from_secs(30), lane: 0 }
 }
 
-/// The record bytes of a fetched partition, wherever they are.
-fn bytes_of(data: &PartitionData) -> Vec<u8> {
+/// The record bytes of a fetched partition, wherever they are (piped ones are read out of their
+/// pipes and kept in memory, so they can be looked at again).
+fn bytes_of(data: &mut PartitionData) -> Vec<u8> {
+    if let Some(Chunk::Pipe(_)) = &data.records {
+        let Some(Chunk::Pipe(piped)) = data.records.take() else { unreachable!() };
+        data.records = Some(Chunk::Bytes(piped.into_bytes().unwrap()));
+    }
     match &data.records {
         None => Vec::new(),
         Some(Chunk::Bytes(b)) => b.to_vec(),
@@ -150,6 +155,7 @@ fn bytes_of(data: &PartitionData) -> Vec<u8> {
             slice.file.read_exact_at(&mut buf, slice.position).unwrap();
             buf
         }
+        Some(Chunk::Pipe(_)) => unreachable!("read out above"),
     }
 }
 
@@ -170,7 +176,7 @@ fn without_assigned_fields(mut records: Vec<u8>) -> Vec<u8> {
     records
 }
 
-fn same_batches(stored: &PartitionData, sent: &[Bytes]) -> bool {
+fn same_batches(stored: &mut PartitionData, sent: &[Bytes]) -> bool {
     without_assigned_fields(bytes_of(stored)) == without_assigned_fields(concat(sent))
 }
 
@@ -195,8 +201,8 @@ fn appends_get_consecutive_offsets_and_read_back_as_sent() {
         Box::pin(async move {
             let batches = three_batches();
             assert_eq!(append(store, &p0, &batches).await, vec![Ok(0), Ok(5), Ok(10)]);
-            let data = fetch_one(store, &p0, 0).await.unwrap();
-            assert!(same_batches(&data, &batches), "the batches as the producer sent them");
+            let mut data = fetch_one(store, &p0, 0).await.unwrap();
+            assert!(same_batches(&mut data, &batches), "the batches as the producer sent them");
             assert_eq!((data.high_watermark, data.log_start_offset), (15, 0));
             // The other partition is a log of its own.
             assert_eq!(append(store, &p1, &batches[..1]).await, vec![Ok(0)]);
@@ -211,7 +217,7 @@ fn fetched_batches_carry_the_assigned_base_offsets() {
         Box::pin(async move {
             let batches = three_batches();
             append(store, &p0, &batches).await;
-            let bytes = bytes_of(&fetch_one(store, &p0, 0).await.unwrap());
+            let bytes = bytes_of(&mut fetch_one(store, &p0, 0).await.unwrap());
             assert_eq!(crate::requests::batch_offsets(&bytes), vec![0, 5, 10]);
         })
     });
@@ -222,10 +228,10 @@ fn a_fetch_starts_at_the_batch_holding_its_offset() {
     run(|store, [p0, _]| {
         Box::pin(async move {
             append(store, &p0, &three_batches()).await;
-            let bytes = bytes_of(&fetch_one(store, &p0, 7).await.unwrap());
+            let bytes = bytes_of(&mut fetch_one(store, &p0, 7).await.unwrap());
             assert_eq!(crate::requests::batch_offsets(&bytes), vec![5, 10]);
-            let at_end = fetch_one(store, &p0, 15).await.unwrap();
-            assert!(bytes_of(&at_end).is_empty(), "nothing at the log end");
+            let mut at_end = fetch_one(store, &p0, 15).await.unwrap();
+            assert!(bytes_of(&mut at_end).is_empty(), "nothing at the log end");
         })
     });
 }
@@ -236,9 +242,9 @@ fn a_fetch_outside_the_log_is_out_of_range() {
         Box::pin(async move {
             append(store, &p0, &three_batches()).await;
             if deviates(Deviation::FetchOutsideTheLogIsServed) {
-                let past = fetch_one(store, &p0, 16).await.unwrap();
-                assert!(bytes_of(&past).is_empty() && past.high_watermark == 15, "{past:?}");
-                let before = bytes_of(&fetch_one(store, &p0, -1).await.unwrap());
+                let mut past = fetch_one(store, &p0, 16).await.unwrap();
+                assert!(bytes_of(&mut past).is_empty() && past.high_watermark == 15, "{past:?}");
+                let before = bytes_of(&mut fetch_one(store, &p0, -1).await.unwrap());
                 assert_eq!(crate::requests::batch_offsets(&before), vec![0, 5, 10]);
                 return;
             }
@@ -265,8 +271,8 @@ fn a_fetch_at_the_log_end_wakes_up_on_an_append() {
                 .await
                 .expect("the waiting fetch woke up on the append");
             assert_eq!(appended, vec![Ok(5)]);
-            let data = fetched.into_iter().next().unwrap().unwrap();
-            assert_eq!(crate::requests::batch_offsets(&bytes_of(&data)), vec![5]);
+            let mut data = fetched.into_iter().next().unwrap().unwrap();
+            assert_eq!(crate::requests::batch_offsets(&bytes_of(&mut data)), vec![5]);
         })
     });
 }
@@ -277,8 +283,8 @@ fn a_fetch_with_nothing_new_answers_empty_after_max_wait() {
         Box::pin(async move {
             append(store, &p0, &three_batches()).await;
             let results = store.fetch(plan(vec![read(&p0, 15, 1 << 20)], 1 << 20, Duration::from_millis(200))).await;
-            let data = results.into_iter().next().unwrap().unwrap();
-            assert!(bytes_of(&data).is_empty());
+            let mut data = results.into_iter().next().unwrap().unwrap();
+            assert!(bytes_of(&mut data).is_empty());
             assert_eq!(data.high_watermark, 15);
         })
     });
@@ -295,16 +301,44 @@ fn max_bytes_keeps_the_first_batch_whole_and_cuts_the_rest() {
             append(store, &p1, &batches).await;
             let results = store.fetch(plan(vec![read(&p0, 0, 1 << 20), read(&p1, 0, 1 << 20)], 1, Duration::ZERO)).await;
             let [first, second]: [_; 2] = results.try_into().unwrap();
-            assert!(same_batches(&first.unwrap(), &batches[..1]), "one whole batch");
-            let second = second.unwrap();
-            assert!(bytes_of(&second).is_empty());
+            assert!(same_batches(&mut first.unwrap(), &batches[..1]), "one whole batch");
+            let mut second = second.unwrap();
+            assert!(bytes_of(&mut second).is_empty());
             assert_eq!(second.high_watermark, 15, "a partition cut to nothing still reports its offsets");
 
             // Each partition's own limit applies too.
             let limit = (batches[0].len() + batches[1].len()) as u64;
-            let results = store.fetch(plan(vec![read(&p0, 0, limit)], 1 << 20, Duration::ZERO)).await;
-            let bytes = bytes_of(results[0].as_ref().unwrap());
+            let mut results = store.fetch(plan(vec![read(&p0, 0, limit)], 1 << 20, Duration::ZERO)).await;
+            let bytes = bytes_of(results[0].as_mut().unwrap());
             let expected = if deviates(Deviation::IgnoresPartitionMaxBytes) { vec![0, 5, 10] } else { vec![0, 5] };
+            assert_eq!(crate::requests::batch_offsets(&bytes), expected);
+        })
+    });
+}
+
+/// Record sets of hundreds of kilobytes (which an upstream store moves through pipes rather
+/// than memory) read back whole and in order, side by side in one fetch, and cut by a
+/// partition's limit as small ones are.
+#[test]
+fn large_record_sets_read_back_whole_and_in_order() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            let large: Vec<Bytes> = (0..8).map(|i| crate::requests::batch_at(100, 1000, T0 + i * 1000, Compression::None, None)).collect();
+            append(store, &p0, &large).await;
+            append(store, &p1, &large[..3]).await;
+            let both = vec![read(&p0, 0, 4 << 20), read(&p1, 0, 4 << 20)];
+            let results = store.fetch(plan(both, 8 << 20, Duration::ZERO)).await;
+            let [first, second]: [_; 2] = results.try_into().unwrap();
+            assert!(same_batches(&mut first.unwrap(), &large), "eight batches of 100 KB");
+            assert!(same_batches(&mut second.unwrap(), &large[..3]), "three batches of 100 KB");
+
+            let limit = large[..3].iter().map(|b| b.len() as u64).sum::<u64>() + 500;
+            let mut results = store.fetch(plan(vec![read(&p0, 0, limit)], 8 << 20, Duration::ZERO)).await;
+            let bytes = bytes_of(results[0].as_mut().unwrap());
+            let expected: Vec<i64> = match deviates(Deviation::IgnoresPartitionMaxBytes) {
+                true => (0..8).map(|i| i * 100).collect(),
+                false => vec![0, 100, 200],
+            };
             assert_eq!(crate::requests::batch_offsets(&bytes), expected);
         })
     });

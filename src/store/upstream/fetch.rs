@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{ApiKey, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{note, split, upstream_error, FetchPlan, PartitionData, Results, StoreError};
 use crate::chunk::Chunk;
-use crate::store::AbortedTransaction;
+use crate::upstream::fetch_response::FetchAnswer;
 use crate::upstream::pool::{Lease, Pool};
 use crate::upstream::UpstreamError;
 
@@ -78,7 +78,7 @@ impl Round<'_> {
             let Ok(address) = self.view.address(broker) else { continue };
             let lease = pool.lease(broker, address);
             let request = fetch_request(self.plan, &positions, max_wait, min_bytes);
-            let sent = lease.send(self.version, &request);
+            let sent = lease.send_fetch(self.version, &request);
             let started = Instant::now();
             polls.push(async move {
                 let answer = match sent {
@@ -119,17 +119,34 @@ fn keep_within(max_bytes: u64, results: &mut Results<PartitionData>) {
     let mut budget = max_bytes;
     let mut first = true;
     for data in results.iter_mut().filter_map(|r| r.as_mut().ok()) {
-        let Some(Chunk::Bytes(records)) = &data.records else { continue };
-        let len = records.len() as u64;
+        let Some(records) = data.records.take() else { continue };
+        let len = records.len();
         let mut keep = len.min(budget);
         if first {
-            keep = keep.max(first_batch_len(records).min(len));
+            keep = keep.max(first_batch_len(records_start(&records)).min(len));
         }
         budget = budget.saturating_sub(keep);
         if keep > 0 {
             first = false;
         }
-        data.records = (keep > 0).then(|| Chunk::Bytes(records.slice(..keep as usize)));
+        data.records = (keep > 0).then(|| match records {
+            Chunk::Bytes(bytes) => Chunk::Bytes(bytes.slice(..keep as usize)),
+            Chunk::Pipe(mut piped) => {
+                piped.truncate(keep);
+                Chunk::Pipe(piped)
+            }
+            file @ Chunk::File(_) => file,
+        });
+    }
+}
+
+/// The first bytes of records from the upstream (a piped set keeps its first batch's header in
+/// memory).
+fn records_start(records: &Chunk) -> &[u8] {
+    match records {
+        Chunk::Bytes(bytes) => bytes,
+        Chunk::Pipe(piped) => piped.head(),
+        Chunk::File(_) => &[],
     }
 }
 
@@ -188,7 +205,7 @@ fn record(
     pool: &Pool,
     plan: &FetchPlan,
     positions: &[usize],
-    response: FetchResponse,
+    mut response: FetchAnswer,
     results: &mut [Option<Result<PartitionData, StoreError>>],
 ) -> u64 {
     if response.error_code != 0 {
@@ -203,28 +220,23 @@ fn record(
     for &i in positions {
         let wanted = &plan.partitions[i].partition;
         let found = response
-            .responses
-            .iter()
-            .filter(|t| t.topic.0.as_str() == wanted.topic.name)
-            .flat_map(|t| &t.partitions)
-            .find(|p| p.partition_index == wanted.index);
+            .topics
+            .iter_mut()
+            .filter(|t| t.name == wanted.topic.name)
+            .flat_map(|t| &mut t.partitions)
+            .find(|p| p.index == wanted.index);
         let result = match found {
             None => Err(StoreError::Failed("the upstream's fetch response lacks a partition")),
             Some(p) if p.error_code != 0 => Err(upstream_error(p.error_code, None)),
             Some(p) => {
-                let records = p.records.clone().filter(|r| !r.is_empty());
-                bytes += records.as_ref().map_or(0, |r| r.len() as u64);
+                let records = p.records.take();
+                bytes += records.as_ref().map_or(0, Chunk::len);
                 Ok(PartitionData {
                     high_watermark: p.high_watermark,
                     last_stable_offset: p.last_stable_offset,
                     log_start_offset: p.log_start_offset,
-                    records: records.map(Chunk::Bytes),
-                    aborted_transactions: p
-                        .aborted_transactions
-                        .iter()
-                        .flatten()
-                        .map(|a| AbortedTransaction { producer_id: a.producer_id.0, first_offset: a.first_offset })
-                        .collect(),
+                    records,
+                    aborted_transactions: std::mem::take(&mut p.aborted_transactions),
                 })
             }
         };

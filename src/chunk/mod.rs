@@ -1,12 +1,18 @@
-//! What a response is written from: bytes in memory and byte ranges of files.
+//! What a response is written from: bytes in memory, byte ranges of files, and bytes waiting in
+//! pipes.
 //!
-//! A leaf module: storage makes file ranges, the partition store hands them (or bytes from an
-//! upstream broker) to the protocol encoder, and the connection writes them with sendfile(2).
+//! A leaf module: storage makes file ranges, the upstream store moves an upstream broker's
+//! records into pipes (or memory), the partition store hands them to the protocol encoder, and
+//! the connection writes them with sendfile(2) and splice(2).
+
+pub mod pipe;
 
 use std::fs::File;
 use std::sync::Arc;
 
 use bytes::Bytes;
+
+use self::pipe::PipedRecords;
 
 /// A byte range of a segment file: what a fetch sends with sendfile(2).
 ///
@@ -19,11 +25,13 @@ pub struct FileSlice {
     pub len: u64,
 }
 
-/// A piece of a response: in memory, or still in a file.
-#[derive(Debug, Clone)]
+/// A piece of a response: in memory, still in a file, or in pipes. Not `Clone`: piped bytes
+/// can be sent once.
+#[derive(Debug)]
 pub enum Chunk {
     Bytes(Bytes),
     File(FileSlice),
+    Pipe(PipedRecords),
 }
 
 impl Chunk {
@@ -31,6 +39,7 @@ impl Chunk {
         match self {
             Chunk::Bytes(b) => b.len() as u64,
             Chunk::File(slice) => slice.len,
+            Chunk::Pipe(piped) => piped.len(),
         }
     }
 
