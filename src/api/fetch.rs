@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::FetchTopic;
 use kafka_protocol::messages::{ApiKey, FetchRequest};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -50,6 +51,11 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
     }
 
     let catalog = &services.node().catalog;
+    let unknown = |t: &FetchTopic| if version >= 13 { catalog.get_by_id(t.topic_id).is_none() } else { catalog.get(&t.topic.0).is_none() };
+    let max_wait = Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT);
+    let started = std::time::Instant::now();
+    // Past `max_wait_ms` if need be: the client knows of the topic, and the refresh is short.
+    super::learn_new_topics(services.node(), request.topics.iter().any(unknown), super::UNKNOWN_TOPIC_WAIT).await;
     let mut partitions = Vec::new();
     let mut layout: Vec<TopicLayout> = Vec::with_capacity(request.topics.len());
     // A partition listed more than once is read and answered once (Kafka keeps one entry per
@@ -88,7 +94,7 @@ async fn fetch(services: Rc<dyn Services>, ctx: RequestContext, request: FetchRe
     // An unknown or forbidden topic is an error to report at once, as the store does for its own
     // errors.
     let has_unknown = layout.iter().flat_map(|(_, _, s)| s).any(|(_, s)| matches!(s, Slot::Error(_)));
-    let wait = if has_unknown { Duration::ZERO } else { Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT) };
+    let wait = if has_unknown { Duration::ZERO } else { max_wait.saturating_sub(started.elapsed()) };
     let mut max_bytes = request.max_bytes.max(0) as u64;
     if services.node().quotas.limits(QuotaKind::Fetch) {
         let client_id = ctx.client_id.as_deref().unwrap_or_default();

@@ -52,6 +52,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let mut plan = Vec::with_capacity(request.topics.len());
     // v0 (gone from Kafka 4) answers every listing, as Kafka's v0 path did.
     let duplicates = if v0 { Default::default() } else { duplicate_partitions(&request) };
+    let names_unknown = request.topics.iter().any(|t| catalog.get(&t.name.0).is_none());
+    super::learn_new_topics(services.node(), names_unknown, super::UNKNOWN_TOPIC_WAIT).await;
     for topic in request.topics {
         let found = catalog.get(&topic.name.0);
         let authorized = services.node().allows(&ctx, Operation::Describe, Resource::Topic(&topic.name.0));

@@ -286,6 +286,15 @@ const NONE: i16 = 0;
 /// come from a broker that had not learnt of it yet).
 const UNKNOWN_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// In front of an upstream, a request that names a topic the catalog lacks waits (at most
+/// `wait`) for the upstream's metadata to be read again before it is answered: another corral
+/// node, or the upstream itself, may have told the client of a topic this node has not seen yet.
+async fn learn_new_topics(node: &Node, names_unknown_topic: bool, wait: std::time::Duration) {
+    if let (Some(upstream), true) = (&node.upstream, names_unknown_topic) {
+        upstream.look_for_new_topics(wait.min(UNKNOWN_TOPIC_WAIT)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,11 +54,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             None => None,
         })
         .collect();
-    if let Some(upstream) = &node.upstream {
-        if request.topics.iter().zip(&refusals).any(|(t, refused)| refused.is_none() && catalog.get(&t.name.0).is_none()) {
-            upstream.look_for_new_topics(UNKNOWN_TOPIC_WAIT).await;
-        }
-    }
+    let names_unknown = request.topics.iter().zip(&refusals).any(|(t, refused)| refused.is_none() && catalog.get(&t.name.0).is_none());
+    super::learn_new_topics(node, names_unknown, UNKNOWN_TOPIC_WAIT).await;
     let mut layout: Layout = Vec::new();
     let mut offsets = Vec::new();
     for (topic, refused) in request.topics.iter().zip(refusals) {

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, UNKNOWN_TOPIC_WAIT};
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::{Reply, RequestContext};
 use crate::record_batch::{BatchHeader, Compression, HEADER_LEN};
 use crate::security::acl::{Operation, Resource};
@@ -44,13 +44,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let catalog = &services.node().catalog;
     let acks_valid = matches!(request.acks, -1..=1);
     let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
-    if let Some(upstream) = &services.node().upstream {
-        let unknown =
-            |t: &TopicProduceData| if version >= 13 { catalog.get_by_id(t.topic_id).is_none() } else { catalog.get(&t.name.0).is_none() };
-        if request.topic_data.iter().any(unknown) {
-            upstream.look_for_new_topics(timeout.min(UNKNOWN_TOPIC_WAIT)).await;
-        }
-    }
+    let unknown =
+        |t: &TopicProduceData| if version >= 13 { catalog.get_by_id(t.topic_id).is_none() } else { catalog.get(&t.name.0).is_none() };
+    super::learn_new_topics(services.node(), request.topic_data.iter().any(unknown), timeout).await;
 
     let mut appends = Vec::new();
     let mut topics = Vec::with_capacity(request.topic_data.len());

@@ -145,6 +145,19 @@ def test_three_corral_nodes_in_front_of_kafka(corral_factory, apache_kafka_class
         c.start()
         topic, group = unique("up-cluster"), unique("up-cluster-group")
         clients.create_topic(f"127.0.0.1:{c.kafka[1]}", topic, partitions=6)
+        # A client told of the topic by node 1 may ask the others before they have read the
+        # upstream's metadata again: they look for it there rather than call it unknown.
+        for node, ask, parse in [
+            (0, kw.list_offsets_v1(1, topic, list(range(6))), kw.parse_list_offsets_v1),
+            (2, kw.fetch_v4(1, topic, 0, 0), kw.parse_fetch_v4),
+        ]:
+            conn = kw.Conn(f"127.0.0.1:{c.kafka[node]}")
+            try:
+                conn.send(ask)
+                answers = parse(conn.recv_frame())[1]
+            finally:
+                conn.close()
+            assert answers and all(a[0] == 0 for a in answers.values()), (node, answers)
         # Leadership is spread over the corral nodes: two partitions each.
         md = clients.admin_client(c.bootstrap).list_topics(topic, timeout=10)
         assert set(md.brokers) == {0, 1, 2}
