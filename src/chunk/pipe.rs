@@ -3,63 +3,107 @@
 //!
 //! A fetch answered by an upstream broker would otherwise be copied twice on its way through
 //! (received into memory, then sent from it). With the bytes in a pipe, both moves only pass
-//! page references. Besides `net::sendfile`, this is the one module with `unsafe`: the pipe2,
+//! page references. The last record set of a response is sent on while it still arrives (a
+//! [`PipeFiller`] fills its pipes as a client's connection drains them), so a fetch through corral
+//! is not received whole before it is sent. Besides `net::sendfile`, this is the one module with `unsafe`: the pipe2,
 //! fcntl, ioctl, splice and read calls.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 /// What one pipe is asked to hold: Linux's default ceiling for an unprivileged pipe
 /// (`/proc/sys/fs/pipe-max-size`), one typical 1 MiB fetch of one partition.
 const PIPE_BYTES: libc::c_int = 1 << 20;
+/// Records whose next bytes take longer than this to arrive fail, so that a client is not kept
+/// waiting forever by an upstream broker that stopped within a response (Kafka's default
+/// `request.timeout.ms`).
+const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// A pipe and how many bytes wait in it.
-#[derive(Debug)]
-struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
-    held: u64,
+/// A new non-blocking pipe of `bytes` (rounded up to pages by the kernel): its read and write
+/// ends. Fails where the size is refused (an unprivileged user past `pipe-user-pages-soft`), so
+/// the caller reads into memory instead of filling pipes of one page.
+fn new_pipe(bytes: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two descriptors for the kernel to fill; nothing else
+    // of this process's memory is written.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: F_SETPIPE_SZ takes an int argument and reads no memory of this process; the
+    // descriptor is open (owned above).
+    if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, bytes) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((read, write))
 }
 
-impl Pipe {
-    /// A non-blocking pipe of `bytes` (rounded up to pages by the kernel). Fails where the size is refused (an unprivileged
-    /// user past `pipe-user-pages-soft`), so the caller reads into memory instead of filling
-    /// pipes of one page.
-    fn new(bytes: libc::c_int) -> io::Result<Pipe> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` is a valid array of two descriptors for the kernel to fill; nothing else
-        // of this process's memory is written.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: F_SETPIPE_SZ takes an int argument and reads no memory of this process; the
-        // descriptor is open (owned above).
-        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, bytes) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Pipe { read, write, held: 0 })
-    }
+/// What the filler has put in pipes so far, shared with the records' reader.
+#[derive(Debug, Default)]
+struct Filled {
+    /// The pipes' read ends in order, each with the bytes put in it so far.
+    pipes: Vec<(Arc<OwnedFd>, u64)>,
+    /// Why the filler stopped before the end.
+    failed: Option<String>,
 }
 
 /// A partition's records from an upstream broker: the first bytes, read into memory with the
-/// response around them, then the rest in pipes, in order.
+/// response around them, then the rest in pipes, in order — maybe still being filled by a
+/// [`PipeFiller`] while they are sent on, so a client receives a record set while corral still
+/// receives it.
 #[derive(Debug)]
 pub struct PipedRecords {
     head: Bytes,
-    pipes: Vec<Pipe>,
+    filled: watch::Receiver<Filled>,
     /// Bytes to send: `head` and then the pipes' bytes, cut where [`Self::truncate`] said.
     len: u64,
 }
 
+/// Moves the rest of a record set from an upstream broker's socket into the pipes of its
+/// [`PipedRecords`]. Never waits for the records to be sent on, so a slow client cannot hold up
+/// the upstream connection; dropped before the end, it makes the records fail.
+#[derive(Debug)]
+pub struct PipeFiller {
+    pipe_bytes: libc::c_int,
+    /// The write end of the pipe being filled.
+    write: OwnedFd,
+    /// Bytes still to come from the socket.
+    left: u64,
+    filled: watch::Sender<Filled>,
+}
+
 impl PipedRecords {
+    /// Records of `len` bytes of which `head` is read; the rest to be moved by the filler. `None`
+    /// when no pipe can be had, for the caller to read the bytes into memory instead.
+    pub fn start(head: Bytes, len: u64) -> Option<(PipedRecords, PipeFiller)> {
+        Self::start_with_pipes_of(PIPE_BYTES, head, len)
+    }
+
+    fn start_with_pipes_of(pipe_bytes: libc::c_int, head: Bytes, len: u64) -> Option<(PipedRecords, PipeFiller)> {
+        let (read, write) = new_pipe(pipe_bytes).ok()?;
+        let (tx, rx) = watch::channel(Filled { pipes: vec![(Arc::new(read), 0)], failed: None });
+        let left = len - head.len() as u64;
+        Some((PipedRecords { head, filled: rx, len }, PipeFiller { pipe_bytes, write, left, filled: tx }))
+    }
+
+    /// Moves `len` bytes of the socket's stream, of which `head` was already read, into pipes,
+    /// and gives them once all are there. `Ok(None)` with nothing consumed beyond `head` when no
+    /// pipe can be had.
+    pub async fn splice_from(socket: &TcpStream, head: Bytes, len: u64) -> io::Result<Option<PipedRecords>> {
+        let Some((records, filler)) = Self::start(head, len) else { return Ok(None) };
+        filler.fill_from(socket).await?;
+        Ok(Some(records))
+    }
+
     pub fn len(&self) -> u64 {
         self.len
     }
@@ -82,22 +126,113 @@ impl PipedRecords {
         }
     }
 
-    /// Moves `len` bytes of the socket's stream, of which `head` was already read, into pipes.
-    /// Gives `Ok(None)` with nothing consumed beyond `head` when no pipe can be had, for the
-    /// caller to read the bytes into memory instead.
-    pub async fn splice_from(socket: &TcpStream, head: Bytes, len: u64) -> io::Result<Option<PipedRecords>> {
-        Self::splice_into_pipes_of(PIPE_BYTES, socket, head, len).await
+    /// Waits until the pipes hold bytes not yet taken: the pipe (read end) they are in and how
+    /// many. `at` is the pipe being read and how much of it was taken; it moves on to the next
+    /// pipe when this one is done.
+    async fn next_bytes(&mut self, at: &mut (usize, u64)) -> io::Result<(Arc<OwnedFd>, u64)> {
+        loop {
+            let (index, taken) = *at;
+            let ready = |f: &Filled| f.failed.is_some() || f.pipes.len() > index + 1 || f.pipes.get(index).is_some_and(|p| p.1 > taken);
+            let filled = match tokio::time::timeout(STALLED_AFTER, self.filled.wait_for(ready)).await {
+                Ok(filled) => filled.map_err(|_| io::Error::other("the upstream connection closed within a record set"))?,
+                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "the upstream broker stopped within a record set")),
+            };
+            match filled.pipes.get(index) {
+                Some((fd, held)) if *held > taken => return Ok((fd.clone(), held - taken)),
+                _ if filled.pipes.len() > index + 1 => *at = (index + 1, 0),
+                _ => {
+                    return Err(io::Error::other(format!(
+                        "the upstream connection failed within a record set: {}",
+                        filled.failed.as_deref().unwrap_or("?")
+                    )))
+                }
+            }
+        }
     }
 
-    async fn splice_into_pipes_of(pipe_bytes: libc::c_int, socket: &TcpStream, head: Bytes, len: u64) -> io::Result<Option<PipedRecords>> {
-        let Ok(first) = Pipe::new(pipe_bytes) else { return Ok(None) };
-        let mut pipes = vec![first];
-        let mut left = len - head.len() as u64;
+    /// Sends the bytes to a plain TCP socket, the piped part with splice(2), as they arrive.
+    pub async fn splice_to(mut self, socket: &TcpStream) -> io::Result<()> {
+        let mut unsent = &self.head[..];
+        while !unsent.is_empty() {
+            socket.writable().await?;
+            match socket.try_write(unsent) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => unsent = &unsent[n..],
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut left = self.len - self.head.len() as u64;
+        let mut at = (0, 0);
         while left > 0 {
+            let (pipe, available) = self.next_bytes(&mut at).await?;
+            let mut in_pipe = available.min(left);
+            while in_pipe > 0 {
+                socket.writable().await?;
+                let sent = socket.try_io(Interest::WRITABLE, || {
+                    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE;
+                    splice(pipe.as_raw_fd(), socket.as_raw_fd(), in_pipe, flags)
+                });
+                match sent {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => {
+                        in_pipe -= n as u64;
+                        left -= n as u64;
+                        at.1 += n as u64;
+                    }
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the bytes to a socket splice(2) cannot serve (TLS), through `buf`.
+    pub async fn copy_to<W: AsyncWrite + Unpin>(mut self, socket: &mut W, buf: &mut Vec<u8>) -> io::Result<()> {
+        socket.write_all(&self.head).await?;
+        let mut left = self.len - self.head.len() as u64;
+        let mut at = (0, 0);
+        buf.resize(PIPE_BYTES as usize, 0);
+        while left > 0 {
+            let (pipe, available) = self.next_bytes(&mut at).await?;
+            let want = available.min(left).min(buf.len() as u64) as usize;
+            let n = read(pipe.as_raw_fd(), &mut buf[..want])?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            socket.write_all(&buf[..n]).await?;
+            left -= n as u64;
+            at.1 += n as u64;
+        }
+        Ok(())
+    }
+
+    /// The bytes, read out of the pipes (tests, and checks that need them in memory).
+    pub async fn into_bytes(self) -> io::Result<Bytes> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        self.copy_to(&mut out, &mut Vec::new()).await?;
+        Ok(Bytes::from(out))
+    }
+}
+
+impl PipeFiller {
+    /// Moves the rest of the records from the socket into pipes, starting another pipe each
+    /// time one is full.
+    pub async fn fill_from(mut self, socket: &TcpStream) -> io::Result<()> {
+        let result = self.fill(socket).await;
+        if let Err(e) = &result {
+            self.filled.send_modify(|f| f.failed = Some(e.to_string()));
+        }
+        result
+    }
+
+    async fn fill(&mut self, socket: &TcpStream) -> io::Result<()> {
+        while self.left > 0 {
             socket.readable().await?;
-            let pipe = pipes.last_mut().expect("one pipe at least");
+            let write = self.write.as_raw_fd();
             let moved = socket.try_io(Interest::READABLE, || {
-                match splice(socket.as_raw_fd(), pipe.write.as_raw_fd(), left, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
+                match splice(socket.as_raw_fd(), write, self.left, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
                     // The socket has bytes, so it is the pipe that is full: not a reason to
                     // wait for the socket (its readiness must stay set).
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock && bytes_waiting(socket.as_raw_fd())? > 0 => {
@@ -109,93 +244,19 @@ impl PipedRecords {
             match moved {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
-                    pipe.held += n as u64;
-                    left -= n as u64;
+                    self.left -= n as u64;
+                    self.filled.send_modify(|f| f.pipes.last_mut().expect("one pipe at least").1 += n as u64);
                 }
-                Err(e) if e.get_ref().is_some_and(|inner| inner.is::<PipeFull>()) => pipes.push(Pipe::new(pipe_bytes)?),
+                Err(e) if e.get_ref().is_some_and(|inner| inner.is::<PipeFull>()) => {
+                    let (read, write) = new_pipe(self.pipe_bytes)?;
+                    self.write = write;
+                    self.filled.send_modify(|f| f.pipes.push((Arc::new(read), 0)));
+                }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(Some(PipedRecords { head, pipes, len }))
-    }
-
-    /// Sends the bytes to a plain TCP socket, the piped part with splice(2).
-    pub async fn splice_to(self, socket: &TcpStream) -> io::Result<()> {
-        let PipedRecords { head, pipes, len } = self;
-        let mut unsent = &head[..];
-        while !unsent.is_empty() {
-            socket.writable().await?;
-            match socket.try_write(unsent) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => unsent = &unsent[n..],
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let mut left = len - head.len() as u64;
-        for pipe in &pipes {
-            let mut in_pipe = pipe.held.min(left);
-            left -= in_pipe;
-            while in_pipe > 0 {
-                socket.writable().await?;
-                let sent = socket.try_io(Interest::WRITABLE, || {
-                    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE;
-                    splice(pipe.read.as_raw_fd(), socket.as_raw_fd(), in_pipe, flags)
-                });
-                match sent {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => in_pipe -= n as u64,
-                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
         Ok(())
-    }
-
-    /// Sends the bytes to a socket splice(2) cannot serve (TLS), through `buf`.
-    pub async fn copy_to<W: AsyncWrite + Unpin>(self, socket: &mut W, buf: &mut Vec<u8>) -> io::Result<()> {
-        let PipedRecords { head, pipes, len } = self;
-        socket.write_all(&head).await?;
-        let mut left = len - head.len() as u64;
-        buf.resize(PIPE_BYTES as usize, 0);
-        for pipe in &pipes {
-            let mut in_pipe = pipe.held.min(left);
-            left -= in_pipe;
-            while in_pipe > 0 {
-                let want = (in_pipe as usize).min(buf.len());
-                let n = read(pipe.read.as_raw_fd(), &mut buf[..want])?;
-                if n == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
-                socket.write_all(&buf[..n]).await?;
-                in_pipe -= n as u64;
-            }
-        }
-        Ok(())
-    }
-
-    /// The bytes, read out of the pipes (tests, and checks that need them in memory).
-    pub fn into_bytes(self) -> io::Result<Bytes> {
-        let mut out = Vec::with_capacity(self.len as usize);
-        out.extend_from_slice(&self.head);
-        let mut left = self.len - self.head.len() as u64;
-        for pipe in &self.pipes {
-            let mut in_pipe = pipe.held.min(left);
-            left -= in_pipe;
-            let mut buf = vec![0u8; 64 << 10];
-            while in_pipe > 0 {
-                let want = (in_pipe as usize).min(buf.len());
-                let n = read(pipe.read.as_raw_fd(), &mut buf[..want])?;
-                if n == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
-                out.extend_from_slice(&buf[..n]);
-                in_pipe -= n as u64;
-            }
-        }
-        Ok(Bytes::from(out))
     }
 }
 
@@ -274,9 +335,11 @@ mod tests {
         let sent = data.clone();
         let writer = tokio::spawn(async move { upstream.write_all(&sent).await.unwrap() });
         let head = Bytes::from(vec![7u8; 100]);
-        let piped = PipedRecords::splice_into_pipes_of(4096, &from, head, (3 << 20) + 100).await.unwrap().expect("a pipe");
+        let (piped, filler) = PipedRecords::start_with_pipes_of(4096, head, (3 << 20) + 100).expect("a pipe");
+        filler.fill_from(&from).await.unwrap();
         writer.await.unwrap();
-        assert!(piped.pipes.len() > 1, "{} pipes", piped.pipes.len());
+        let pipes = piped.filled.borrow().pipes.len();
+        assert!(pipes > 1, "{pipes} pipes");
         let reader = tokio::spawn(async move {
             let mut got = vec![0u8; (3 << 20) + 100];
             client.read_exact(&mut got).await.unwrap();
@@ -286,6 +349,46 @@ mod tests {
         let got = reader.await.unwrap();
         assert_eq!(&got[..100], &[7u8; 100][..]);
         assert!(got[100..] == data[..]);
+    }
+
+    /// A record set is sent on while it still arrives: the upstream sends its second half only
+    /// once the client has received the first.
+    #[tokio::test]
+    async fn sends_records_on_while_they_arrive() {
+        let (mut upstream, from) = connected().await;
+        let (to, mut client) = connected().await;
+        let data = pattern(4 << 20);
+        let half = data.len() / 2;
+        let (piped, filler) = PipedRecords::start(Bytes::new(), data.len() as u64).expect("a pipe");
+        let (first_received_tx, first_received) = tokio::sync::oneshot::channel();
+        let sent = data.clone();
+        let upstream_side = async move {
+            upstream.write_all(&sent[..half]).await.unwrap();
+            first_received.await.unwrap();
+            upstream.write_all(&sent[half..]).await.unwrap();
+        };
+        let client_side = async move {
+            let mut got = vec![0u8; data.len()];
+            client.read_exact(&mut got[..half]).await.unwrap();
+            first_received_tx.send(()).unwrap();
+            client.read_exact(&mut got[half..]).await.unwrap();
+            assert!(got == data);
+        };
+        let all = async { tokio::join!(upstream_side, client_side, filler.fill_from(&from), piped.splice_to(&to)) };
+        let (_, _, filled, spliced) = tokio::time::timeout(std::time::Duration::from_secs(20), all).await.expect("no deadlock");
+        filled.unwrap();
+        spliced.unwrap();
+    }
+
+    /// A filler that stops before the end (its connection failed) fails the records' sending.
+    #[tokio::test]
+    async fn records_whose_filler_stops_fail() {
+        let (mut upstream, from) = connected().await;
+        let (piped, filler) = PipedRecords::start(Bytes::new(), 100_000).expect("a pipe");
+        upstream.write_all(&pattern(10_000)).await.unwrap();
+        drop(upstream);
+        assert!(filler.fill_from(&from).await.is_err());
+        assert!(piped.into_bytes().await.is_err());
     }
 
     #[tokio::test]

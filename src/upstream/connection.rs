@@ -307,14 +307,18 @@ async fn read_responses(address: String, read_half: ReadHalf, state: Rc<RefCell<
             }
             Waiter::Fetch(version, waiter) => {
                 let mut frame = frame;
-                let answer = match fetch_response::read_header(&mut frame, response_header_version).await {
-                    Ok(id) if id == correlation_id => fetch_response::read(&mut frame, version).await,
-                    Ok(_) => Err(out_of_order()),
-                    Err(e) => Err(e),
-                };
-                let failed = answer.as_ref().err().cloned();
-                let _ = waiter.send(answer);
-                failed.map_or(Ok(()), Err)
+                let deliver = |answer| drop(waiter.send(answer));
+                match fetch_response::read_header(&mut frame, response_header_version).await {
+                    Ok(id) if id == correlation_id => fetch_response::read(&mut frame, version, deliver).await,
+                    Ok(_) => {
+                        deliver(Err(out_of_order()));
+                        Err(out_of_order())
+                    }
+                    Err(e) => {
+                        deliver(Err(e.clone()));
+                        Err(e)
+                    }
+                }
             }
         };
         if let Err(e) = answered {

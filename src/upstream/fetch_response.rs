@@ -9,6 +9,7 @@ use bytes::Buf;
 
 use super::frame::Frame;
 use super::UpstreamError;
+use crate::chunk::pipe::PipeFiller;
 use crate::chunk::Chunk;
 use crate::protocol::fetch_response::AbortedTransaction;
 
@@ -46,8 +47,40 @@ pub async fn read_header(frame: &mut Frame<'_>, header_version: i16) -> Result<i
     Ok(correlation_id)
 }
 
-/// Reads the body of a Fetch response of `version` (after its header) from `frame`.
-pub async fn read(frame: &mut Frame<'_>, version: i16) -> Result<FetchAnswer, UpstreamError> {
+/// Reads the body of a Fetch response of `version` (after its header) from `frame`, and gives
+/// the answer to `deliver` as soon as all but the last partition's records are read: those can
+/// still be arriving into pipes, to be sent on to the client as they arrive. Gives the error
+/// that ends the connection, if any (which `deliver` gets too when it comes before the answer).
+pub async fn read(
+    frame: &mut Frame<'_>,
+    version: i16,
+    deliver: impl FnOnce(Result<FetchAnswer, UpstreamError>),
+) -> Result<(), UpstreamError> {
+    let flexible = version >= 12;
+    match parse(frame, version).await {
+        Err(e) => {
+            deliver(Err(e.clone()));
+            Err(e)
+        }
+        Ok((answer, None)) => {
+            deliver(Ok(answer));
+            Ok(())
+        }
+        Ok((answer, Some(filler))) => {
+            deliver(Ok(answer));
+            frame.fill_pipes(filler).await?;
+            if flexible {
+                skip_tags(frame).await?; // the last partition's
+                skip_tags(frame).await?; // the last topic's
+            }
+            end(frame, flexible).await
+        }
+    }
+}
+
+/// The response; when the last partition's records are being piped, their filler, with the
+/// frame left just after the records.
+async fn parse(frame: &mut Frame<'_>, version: i16) -> Result<(FetchAnswer, Option<PipeFiller>), UpstreamError> {
     let flexible = version >= 12;
     let mut answer = FetchAnswer::default();
     let _throttle_time_ms = frame.field(4).await?.get_i32();
@@ -57,28 +90,42 @@ pub async fn read(frame: &mut Frame<'_>, version: i16) -> Result<FetchAnswer, Up
         let _session_id = fields.get_i32();
     }
     let topics = array_len(frame, flexible).await?.unwrap_or(0);
-    for _ in 0..topics {
+    for t in 0..topics {
         let name = string(frame, flexible).await?;
         let count = array_len(frame, flexible).await?.unwrap_or(0);
         let mut partitions = Vec::with_capacity(count.min(1024));
-        for _ in 0..count {
-            partitions.push(partition(frame, version).await?);
+        for p in 0..count {
+            let last = t + 1 == topics && p + 1 == count;
+            let (partition, filler) = partition(frame, version, last).await?;
+            partitions.push(partition);
+            if filler.is_some() {
+                answer.topics.push(FetchAnswerTopic { name, partitions });
+                return Ok((answer, filler));
+            }
         }
         if flexible {
             skip_tags(frame).await?;
         }
         answer.topics.push(FetchAnswerTopic { name, partitions });
     }
+    end(frame, flexible).await?;
+    Ok((answer, None))
+}
+
+/// The response's own tagged fields, and nothing after them.
+async fn end(frame: &mut Frame<'_>, flexible: bool) -> Result<(), UpstreamError> {
     if flexible {
         skip_tags(frame).await?;
     }
     if frame.left() != 0 {
         return Err(frame.malformed("bytes after the Fetch response's last field"));
     }
-    Ok(answer)
+    Ok(())
 }
 
-async fn partition(frame: &mut Frame<'_>, version: i16) -> Result<FetchAnswerPartition, UpstreamError> {
+/// A partition; when it is the response's last and its records are being piped, their filler,
+/// with the partition's tagged fields still to read.
+async fn partition(frame: &mut Frame<'_>, version: i16, last: bool) -> Result<(FetchAnswerPartition, Option<PipeFiller>), UpstreamError> {
     let flexible = version >= 12;
     let mut fields = frame.field(if version >= 5 { 30 } else { 22 }).await?;
     let index = fields.get_i32();
@@ -101,14 +148,20 @@ async fn partition(frame: &mut Frame<'_>, version: i16) -> Result<FetchAnswerPar
         true => uvarint(frame).await?.checked_sub(1).map(|n| n as usize),
         false => usize::try_from(frame.field(4).await?.get_i32()).ok(),
     };
-    let records = match len {
-        Some(len) if len > 0 => Some(frame.records(len).await?),
-        _ => None,
+    let (records, filler) = match len {
+        Some(len) if len > 0 && last => {
+            let (records, filler) = frame.records_streamed(len).await?;
+            (Some(records), filler)
+        }
+        Some(len) if len > 0 => (Some(frame.records(len).await?), None),
+        _ => (None, None),
     };
-    if flexible {
+    if flexible && filler.is_none() {
         skip_tags(frame).await?;
     }
-    Ok(FetchAnswerPartition { index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted_transactions, records })
+    let partition =
+        FetchAnswerPartition { index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted_transactions, records };
+    Ok((partition, filler))
 }
 
 /// An array's length; `None` for a null array.
@@ -215,12 +268,20 @@ mod tests {
         out.freeze()
     }
 
-    fn into_bytes(chunk: Option<Chunk>) -> Option<Bytes> {
+    async fn into_bytes(chunk: Option<Chunk>) -> Option<Bytes> {
         match chunk? {
             Chunk::Bytes(b) => Some(b),
-            Chunk::Pipe(piped) => Some(piped.into_bytes().unwrap()),
+            Chunk::Pipe(piped) => Some(piped.into_bytes().await.unwrap()),
             Chunk::File(_) => panic!("no files here"),
         }
+    }
+
+    /// The answer `read` delivers, once it has read the whole frame.
+    async fn read_whole(frame: &mut Frame<'_>, version: i16) -> Result<FetchAnswer, UpstreamError> {
+        let mut delivered = None;
+        let read = read(frame, version, |answer| delivered = Some(answer)).await;
+        let answer = delivered.expect("an answer is always delivered");
+        read.and(answer)
     }
 
     /// Every version corral asks an upstream for, over plain TCP (pipes) and as a stream
@@ -246,7 +307,7 @@ mod tests {
                     let mut frame = reader.next_frame().await.unwrap().unwrap();
                     let header_version = FetchResponse::header_version(version);
                     assert_eq!(read_header(&mut frame, header_version).await.unwrap(), expected_id);
-                    let answer = read(&mut frame, version).await.unwrap();
+                    let answer = read_whole(&mut frame, version).await.unwrap();
                     let theirs = response();
                     assert_eq!(answer.topics.len(), 2, "v{version}");
                     for (ours, theirs) in answer.topics.into_iter().zip(theirs.responses) {
@@ -266,13 +327,55 @@ mod tests {
                             if tcp && theirs.records.as_ref().is_some_and(|r| r.len() > 100_000) {
                                 assert!(matches!(ours.records, Some(Chunk::Pipe(_))), "v{version}: a large set is piped");
                             }
-                            assert_eq!(into_bytes(ours.records), theirs.records.filter(|r| !r.is_empty()), "v{version}");
+                            assert_eq!(into_bytes(ours.records).await, theirs.records.filter(|r| !r.is_empty()), "v{version}");
                         }
                     }
                 }
                 writer.await.unwrap();
             }
         }
+    }
+
+    /// The answer is delivered while the last partition's records still arrive, and those
+    /// records can be read as they do: the broker sends the end of them only after that.
+    #[tokio::test]
+    async fn the_answer_comes_before_the_last_records_have_arrived() {
+        let version = 12;
+        let data = records(1 << 20, 9);
+        let response = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![PartitionData::default()
+                .with_partition_index(0)
+                .with_high_watermark(5)
+                .with_records(Some(data.clone()))])]);
+        let mut body = BytesMut::new();
+        ResponseHeader::default().with_correlation_id(3).encode(&mut body, FetchResponse::header_version(version)).unwrap();
+        response.encode(&mut body, version).unwrap();
+        let mut whole = BytesMut::new();
+        whole.put_u32(body.len() as u32);
+        whole.extend_from_slice(&body);
+        let cut = whole.len() - 200_000;
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (sender, accepted) = tokio::join!(TcpStream::connect(listener.local_addr().unwrap()), listener.accept());
+        let mut sender = sender.unwrap();
+        sender.write_all(&whole[..cut]).await.unwrap();
+        let mut reader = FrameReader::new(ReadHalf::Tcp(accepted.unwrap().0.into_split().0), "test".into(), 16 << 20);
+        let mut frame = reader.next_frame().await.unwrap().unwrap();
+        assert_eq!(read_header(&mut frame, FetchResponse::header_version(version)).await.unwrap(), 3);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let reading = read(&mut frame, version, |answer| tx.send(answer).unwrap());
+        let using = async {
+            let mut answer = rx.await.unwrap().unwrap();
+            let partition = answer.topics[0].partitions.pop().unwrap();
+            assert_eq!(partition.high_watermark, 5);
+            assert!(matches!(partition.records, Some(Chunk::Pipe(_))));
+            sender.write_all(&whole[cut..]).await.unwrap();
+            into_bytes(partition.records).await
+        };
+        let (read, got) = tokio::time::timeout(std::time::Duration::from_secs(20), async { tokio::join!(reading, using) }).await.unwrap();
+        read.unwrap();
+        assert!(got.unwrap() == data);
     }
 
     #[tokio::test]
@@ -300,7 +403,7 @@ mod tests {
         let mut reader = FrameReader::new(ReadHalf::Tcp(accepted.unwrap().0.into_split().0), "test".into(), 16 << 20);
         let mut frame = reader.next_frame().await.unwrap().unwrap();
         assert_eq!(read_header(&mut frame, 0).await.unwrap(), 5);
-        let e = read(&mut frame, 11).await.unwrap_err();
+        let e = read_whole(&mut frame, 11).await.unwrap_err();
         assert!(e.to_string().contains("past the end of the frame"), "{e}");
     }
 }

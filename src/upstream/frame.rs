@@ -7,7 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::tcp::OwnedReadHalf;
 
 use super::UpstreamError;
-use crate::chunk::pipe::PipedRecords;
+use crate::chunk::pipe::{PipeFiller, PipedRecords};
 use crate::chunk::Chunk;
 
 /// Records shorter than this (beyond what is already in memory) are read into memory: a pipe
@@ -135,6 +135,16 @@ impl Frame<'_> {
     /// The next `len` bytes as a record set: what is already in memory, and the rest spliced
     /// into pipes when it is large and the connection is plain TCP, else read into memory.
     pub async fn records(&mut self, len: usize) -> Result<Chunk, UpstreamError> {
+        let (records, filler) = self.records_streamed(len).await?;
+        if let Some(filler) = filler {
+            self.fill_pipes(filler).await?;
+        }
+        Ok(records)
+    }
+
+    /// As [`Self::records`], but a piped set is given at once, its filler with it: the frame's
+    /// bytes after the set can be read only once [`Self::fill_pipes`] has run it.
+    pub async fn records_streamed(&mut self, len: usize) -> Result<(Chunk, Option<PipeFiller>), UpstreamError> {
         if len > self.left {
             return Err(self.malformed("a record set runs past the end of the frame"));
         }
@@ -145,21 +155,26 @@ impl Frame<'_> {
         let rest = (len - in_memory) as u64;
         if matches!(self.reader.half, ReadHalf::Tcp(_)) && rest >= SPLICE_AT_LEAST {
             let head = self.field(in_memory).await?;
-            if let ReadHalf::Tcp(tcp) = &self.reader.half {
-                let piped = PipedRecords::splice_from(tcp.as_ref(), head.clone(), len as u64).await;
-                if let Some(piped) = piped.map_err(|e| self.reader.lost(&e.to_string()))? {
-                    self.left -= rest as usize;
-                    return Ok(Chunk::Pipe(piped));
-                }
+            if let Some((piped, filler)) = PipedRecords::start(head.clone(), len as u64) {
+                self.left -= rest as usize;
+                return Ok((Chunk::Pipe(piped), Some(filler)));
             }
             // No pipe to be had: the rest comes into memory after the head.
             let tail = self.take(rest as usize, FRAME_READ).await?;
             let mut whole = BytesMut::with_capacity(len);
             whole.extend_from_slice(&head);
             whole.extend_from_slice(&tail);
-            return Ok(Chunk::Bytes(whole.freeze()));
+            return Ok((Chunk::Bytes(whole.freeze()), None));
         }
-        Ok(Chunk::Bytes(self.take(len, FRAME_READ).await?))
+        Ok((Chunk::Bytes(self.take(len, FRAME_READ).await?), None))
+    }
+
+    /// Moves a piped record set's bytes from the connection into its pipes.
+    pub async fn fill_pipes(&mut self, filler: PipeFiller) -> Result<(), UpstreamError> {
+        match &self.reader.half {
+            ReadHalf::Tcp(tcp) => filler.fill_from(tcp.as_ref()).await.map_err(|e| self.reader.lost(&e.to_string())),
+            ReadHalf::Stream(_) => Err(self.reader.lost("records piped from a connection that is not plain TCP")),
+        }
     }
 
     pub fn malformed(&self, why: &str) -> UpstreamError {

@@ -142,10 +142,10 @@ fn appending(batches: Vec<Append>) -> AppendPlan {
 
 /// The record bytes of a fetched partition, wherever they are (piped ones are read out of their
 /// pipes and kept in memory, so they can be looked at again).
-fn bytes_of(data: &mut PartitionData) -> Vec<u8> {
+async fn bytes_of(data: &mut PartitionData) -> Vec<u8> {
     if let Some(Chunk::Pipe(_)) = &data.records {
         let Some(Chunk::Pipe(piped)) = data.records.take() else { unreachable!() };
-        data.records = Some(Chunk::Bytes(piped.into_bytes().unwrap()));
+        data.records = Some(Chunk::Bytes(piped.into_bytes().await.unwrap()));
     }
     match &data.records {
         None => Vec::new(),
@@ -176,8 +176,8 @@ fn without_assigned_fields(mut records: Vec<u8>) -> Vec<u8> {
     records
 }
 
-fn same_batches(stored: &mut PartitionData, sent: &[Bytes]) -> bool {
-    without_assigned_fields(bytes_of(stored)) == without_assigned_fields(concat(sent))
+async fn same_batches(stored: &mut PartitionData, sent: &[Bytes]) -> bool {
+    without_assigned_fields(bytes_of(stored).await) == without_assigned_fields(concat(sent))
 }
 
 async fn fetch_one(store: &dyn PartitionStore, partition: &PartitionRef, offset: i64) -> Result<PartitionData, ResponseError> {
@@ -202,7 +202,7 @@ fn appends_get_consecutive_offsets_and_read_back_as_sent() {
             let batches = three_batches();
             assert_eq!(append(store, &p0, &batches).await, vec![Ok(0), Ok(5), Ok(10)]);
             let mut data = fetch_one(store, &p0, 0).await.unwrap();
-            assert!(same_batches(&mut data, &batches), "the batches as the producer sent them");
+            assert!(same_batches(&mut data, &batches).await, "the batches as the producer sent them");
             assert_eq!((data.high_watermark, data.log_start_offset), (15, 0));
             // The other partition is a log of its own.
             assert_eq!(append(store, &p1, &batches[..1]).await, vec![Ok(0)]);
@@ -217,7 +217,7 @@ fn fetched_batches_carry_the_assigned_base_offsets() {
         Box::pin(async move {
             let batches = three_batches();
             append(store, &p0, &batches).await;
-            let bytes = bytes_of(&mut fetch_one(store, &p0, 0).await.unwrap());
+            let bytes = bytes_of(&mut fetch_one(store, &p0, 0).await.unwrap()).await;
             assert_eq!(crate::requests::batch_offsets(&bytes), vec![0, 5, 10]);
         })
     });
@@ -228,10 +228,10 @@ fn a_fetch_starts_at_the_batch_holding_its_offset() {
     run(|store, [p0, _]| {
         Box::pin(async move {
             append(store, &p0, &three_batches()).await;
-            let bytes = bytes_of(&mut fetch_one(store, &p0, 7).await.unwrap());
+            let bytes = bytes_of(&mut fetch_one(store, &p0, 7).await.unwrap()).await;
             assert_eq!(crate::requests::batch_offsets(&bytes), vec![5, 10]);
             let mut at_end = fetch_one(store, &p0, 15).await.unwrap();
-            assert!(bytes_of(&mut at_end).is_empty(), "nothing at the log end");
+            assert!(bytes_of(&mut at_end).await.is_empty(), "nothing at the log end");
         })
     });
 }
@@ -243,8 +243,8 @@ fn a_fetch_outside_the_log_is_out_of_range() {
             append(store, &p0, &three_batches()).await;
             if deviates(Deviation::FetchOutsideTheLogIsServed) {
                 let mut past = fetch_one(store, &p0, 16).await.unwrap();
-                assert!(bytes_of(&mut past).is_empty() && past.high_watermark == 15, "{past:?}");
-                let before = bytes_of(&mut fetch_one(store, &p0, -1).await.unwrap());
+                assert!(bytes_of(&mut past).await.is_empty() && past.high_watermark == 15, "{past:?}");
+                let before = bytes_of(&mut fetch_one(store, &p0, -1).await.unwrap()).await;
                 assert_eq!(crate::requests::batch_offsets(&before), vec![0, 5, 10]);
                 return;
             }
@@ -272,7 +272,7 @@ fn a_fetch_at_the_log_end_wakes_up_on_an_append() {
                 .expect("the waiting fetch woke up on the append");
             assert_eq!(appended, vec![Ok(5)]);
             let mut data = fetched.into_iter().next().unwrap().unwrap();
-            assert_eq!(crate::requests::batch_offsets(&bytes_of(&mut data)), vec![5]);
+            assert_eq!(crate::requests::batch_offsets(&bytes_of(&mut data).await), vec![5]);
         })
     });
 }
@@ -284,7 +284,7 @@ fn a_fetch_with_nothing_new_answers_empty_after_max_wait() {
             append(store, &p0, &three_batches()).await;
             let results = store.fetch(plan(vec![read(&p0, 15, 1 << 20)], 1 << 20, Duration::from_millis(200))).await;
             let mut data = results.into_iter().next().unwrap().unwrap();
-            assert!(bytes_of(&mut data).is_empty());
+            assert!(bytes_of(&mut data).await.is_empty());
             assert_eq!(data.high_watermark, 15);
         })
     });
@@ -301,15 +301,15 @@ fn max_bytes_keeps_the_first_batch_whole_and_cuts_the_rest() {
             append(store, &p1, &batches).await;
             let results = store.fetch(plan(vec![read(&p0, 0, 1 << 20), read(&p1, 0, 1 << 20)], 1, Duration::ZERO)).await;
             let [first, second]: [_; 2] = results.try_into().unwrap();
-            assert!(same_batches(&mut first.unwrap(), &batches[..1]), "one whole batch");
+            assert!(same_batches(&mut first.unwrap(), &batches[..1]).await, "one whole batch");
             let mut second = second.unwrap();
-            assert!(bytes_of(&mut second).is_empty());
+            assert!(bytes_of(&mut second).await.is_empty());
             assert_eq!(second.high_watermark, 15, "a partition cut to nothing still reports its offsets");
 
             // Each partition's own limit applies too.
             let limit = (batches[0].len() + batches[1].len()) as u64;
             let mut results = store.fetch(plan(vec![read(&p0, 0, limit)], 1 << 20, Duration::ZERO)).await;
-            let bytes = bytes_of(results[0].as_mut().unwrap());
+            let bytes = bytes_of(results[0].as_mut().unwrap()).await;
             let expected = if deviates(Deviation::IgnoresPartitionMaxBytes) { vec![0, 5, 10] } else { vec![0, 5] };
             assert_eq!(crate::requests::batch_offsets(&bytes), expected);
         })
@@ -329,12 +329,12 @@ fn large_record_sets_read_back_whole_and_in_order() {
             let both = vec![read(&p0, 0, 4 << 20), read(&p1, 0, 4 << 20)];
             let results = store.fetch(plan(both, 8 << 20, Duration::ZERO)).await;
             let [first, second]: [_; 2] = results.try_into().unwrap();
-            assert!(same_batches(&mut first.unwrap(), &large), "eight batches of 100 KB");
-            assert!(same_batches(&mut second.unwrap(), &large[..3]), "three batches of 100 KB");
+            assert!(same_batches(&mut first.unwrap(), &large).await, "eight batches of 100 KB");
+            assert!(same_batches(&mut second.unwrap(), &large[..3]).await, "three batches of 100 KB");
 
             let limit = large[..3].iter().map(|b| b.len() as u64).sum::<u64>() + 500;
             let mut results = store.fetch(plan(vec![read(&p0, 0, limit)], 8 << 20, Duration::ZERO)).await;
-            let bytes = bytes_of(results[0].as_mut().unwrap());
+            let bytes = bytes_of(results[0].as_mut().unwrap()).await;
             let expected: Vec<i64> = match deviates(Deviation::IgnoresPartitionMaxBytes) {
                 true => (0..8).map(|i| i * 100).collect(),
                 false => vec![0, 100, 200],
