@@ -153,7 +153,10 @@ impl Server {
             })?;
             let others = config.cluster.nodes.iter().filter(|n| n.id != config.node.id).map(|n| (n.id as u64, n.raft.clone()));
             let secret = config.cluster.secret().map_err(StartError::Config)?;
-            let nodes = config.cluster.nodes.iter().map(|n| n.id as u64);
+            let nodes = config.cluster.nodes.iter().map(|n| {
+                let host = crate::config::parse_host_port(&n.raft).map(|(host, _)| host).unwrap_or_default();
+                (n.id as u64, host)
+            });
             let auth = crate::raft::peer_auth::PeerAuth::new(config.node.id as u64, secret.as_deref(), raft_tls, nodes);
             let (peers, tasks) = crate::raft::transport::Peers::new(listener, others.collect(), auth);
             (peers, Some(tasks))

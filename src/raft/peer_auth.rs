@@ -4,8 +4,9 @@
 //! With `cluster.tls`, every connection is first a TLS session in which both sides present a
 //! certificate that chains to `tls.ca_file`, and the dialer checks that the acceptor's names the
 //! host it dialed; the handshake below then runs inside it. Without a secret, that handshake only
-//! states the two node ids (magic `CRT1`, no proofs): any holder of a certificate from the CA can
-//! claim to be any node, so the CA should be the cluster's own (or keep the secret as well).
+//! states the two node ids (magic `CRT1`, no proofs). Either way the acceptor checks that the
+//! dialer's certificate names the host of the Raft address of the node it claims to be, so a
+//! certificate from the same CA made for a client or another host cannot pose as a node.
 //!
 //! Every connection starts with a mutual challenge–response before any Raft frame is read. The
 //! secret never crosses the wire; each side proves it knows it with an HMAC-SHA256 over both
@@ -24,11 +25,13 @@
 //! the dialer's id is not another node of `[cluster] nodes`, the acceptor id is not its own, the
 //! proof is wrong, or the handshake takes longer than [`HANDSHAKE_TIMEOUT`].
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::server::ParsedCertificate;
 use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -53,6 +56,8 @@ pub enum AuthError {
     BadMagic,
     #[error("node {0} is not another node of [cluster] nodes")]
     UnknownNode(NodeId),
+    #[error("the certificate of a peer claiming to be node {node} does not name {host}, the host of its Raft address")]
+    NotThatNode { node: NodeId, host: String },
     #[error("the dialer meant to reach node {wanted}, this is node {me}")]
     WrongTarget { wanted: NodeId, me: NodeId },
     #[error("the peer's proof is wrong: its cluster secret differs")]
@@ -81,7 +86,8 @@ pub struct PeerAuth {
     me: NodeId,
     secret: Option<Arc<[u8]>>,
     tls: Option<NodeTls>,
-    nodes: Arc<BTreeSet<NodeId>>,
+    /// The other nodes, each with the host of its Raft address.
+    nodes: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl std::fmt::Debug for PeerAuth {
@@ -95,10 +101,10 @@ impl std::fmt::Debug for PeerAuth {
 }
 
 impl PeerAuth {
-    /// `nodes`: every node of the cluster (this one is never accepted as a peer). The config's
-    /// validation makes sure `secret` or `tls` is there.
-    pub fn new(me: NodeId, secret: Option<&[u8]>, tls: Option<NodeTls>, nodes: impl IntoIterator<Item = NodeId>) -> PeerAuth {
-        PeerAuth { me, secret: secret.map(Into::into), tls, nodes: Arc::new(nodes.into_iter().filter(|&n| n != me).collect()) }
+    /// `nodes`: every node of the cluster with the host of its Raft address (this one is never
+    /// accepted as a peer). The config's validation makes sure `secret` or `tls` is there.
+    pub fn new(me: NodeId, secret: Option<&[u8]>, tls: Option<NodeTls>, nodes: impl IntoIterator<Item = (NodeId, String)>) -> PeerAuth {
+        PeerAuth { me, secret: secret.map(Into::into), tls, nodes: Arc::new(nodes.into_iter().filter(|(n, _)| *n != me).collect()) }
     }
 
     fn magic(&self) -> &'static [u8; 4] {
@@ -111,17 +117,27 @@ impl PeerAuth {
     /// The acceptor's side; returns the authenticated peer's id and the connection to use.
     pub async fn accept(&self, stream: TcpStream) -> Result<(NodeId, PeerStream), AuthError> {
         within_timeout(async {
-            let mut stream: PeerStream = match &self.tls {
-                Some(tls) => Box::new(tls.acceptor.accept(stream).await.map_err(AuthError::Tls)?),
-                None => Box::new(stream),
+            let (mut stream, certificate): (PeerStream, _) = match &self.tls {
+                Some(tls) => {
+                    let stream = tls.acceptor.accept(stream).await.map_err(AuthError::Tls)?;
+                    let certificate =
+                        stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).map(|c| c.clone().into_owned());
+                    (Box::new(stream), certificate)
+                }
+                None => (Box::new(stream), None),
             };
-            let peer = self.accept_inner(&mut stream).await?;
+            let peer = self.accept_inner(&mut stream, certificate).await?;
             Ok((peer, stream))
         })
         .await
     }
 
-    async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(&self, stream: &mut S) -> Result<NodeId, AuthError> {
+    /// `certificate`: the dialer's, under TLS (the acceptor requires one there).
+    async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: &mut S,
+        certificate: Option<CertificateDer<'static>>,
+    ) -> Result<NodeId, AuthError> {
         let mut hello = [0u8; HELLO_LEN];
         stream.read_exact(&mut hello).await?;
         if &hello[..4] != self.magic() {
@@ -129,11 +145,14 @@ impl PeerAuth {
         }
         let dialer = u64::from_be_bytes(hello[4..12].try_into().expect("8 bytes"));
         let wanted = u64::from_be_bytes(hello[12..20].try_into().expect("8 bytes"));
-        if !self.nodes.contains(&dialer) {
+        let Some(host) = self.nodes.get(&dialer) else {
             return Err(AuthError::UnknownNode(dialer));
-        }
+        };
         if wanted != self.me {
             return Err(AuthError::WrongTarget { wanted, me: self.me });
+        }
+        if self.tls.is_some() && !certificate.as_ref().is_some_and(|c| names(c, host)) {
+            return Err(AuthError::NotThatNode { node: dialer, host: host.clone() });
         }
         let Some(secret) = &self.secret else {
             // Mutual TLS alone: the certificate was the proof.
@@ -200,6 +219,13 @@ impl PeerAuth {
     }
 }
 
+/// Whether a certificate names `host` (a DNS name or an IP address) among its subject
+/// alternative names.
+fn names(certificate: &CertificateDer<'_>, host: &str) -> bool {
+    let Ok(name) = ServerName::try_from(host) else { return false };
+    ParsedCertificate::try_from(certificate).is_ok_and(|parsed| rustls::client::verify_server_name(&parsed, &name).is_ok())
+}
+
 async fn read_accepted<S: AsyncRead + Unpin>(stream: &mut S) -> Result<(), AuthError> {
     let mut accepted = [0u8; 1];
     stream.read_exact(&mut accepted).await.map_err(|_| AuthError::BadProof)?;
@@ -262,6 +288,10 @@ mod tests {
         (dialer.unwrap(), accepted.unwrap().0)
     }
 
+    fn nodes<const N: usize>(ids: [NodeId; N]) -> Vec<(NodeId, String)> {
+        ids.into_iter().map(|id| (id, "127.0.0.1".to_string())).collect()
+    }
+
     async fn handshake(dialer: &PeerAuth, target: NodeId, acceptor: &PeerAuth) -> (Result<(), AuthError>, Result<NodeId, AuthError>) {
         let (a, b) = pair().await;
         let (dialed, accepted) = tokio::join!(dialer.connect(a, target, "127.0.0.1"), acceptor.accept(b));
@@ -270,8 +300,8 @@ mod tests {
 
     #[tokio::test]
     async fn nodes_with_the_same_secret_accept_each_other() {
-        let one = PeerAuth::new(1, Some(SECRET), None, [0, 1, 2]);
-        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let one = PeerAuth::new(1, Some(SECRET), None, nodes([0, 1, 2]));
+        let two = PeerAuth::new(2, Some(SECRET), None, nodes([0, 1, 2]));
         let (dialed, accepted) = handshake(&one, 2, &two).await;
         dialed.unwrap();
         assert_eq!(accepted.unwrap(), 1);
@@ -279,25 +309,25 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrong_secret_an_unknown_node_or_a_wrong_target_is_refused() {
-        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
-        let impostor = PeerAuth::new(1, Some(b"another secret entirely........".as_slice()), None, [0, 1, 2]);
+        let two = PeerAuth::new(2, Some(SECRET), None, nodes([0, 1, 2]));
+        let impostor = PeerAuth::new(1, Some(b"another secret entirely........".as_slice()), None, nodes([0, 1, 2]));
         let (dialed, accepted) = handshake(&impostor, 2, &two).await;
         assert!(matches!(dialed, Err(AuthError::BadProof)), "{dialed:?}");
         assert!(accepted.is_err());
-        let stranger = PeerAuth::new(9, Some(SECRET), None, [9, 2]);
+        let stranger = PeerAuth::new(9, Some(SECRET), None, nodes([9, 2]));
         let (_, accepted) = handshake(&stranger, 2, &two).await;
         assert!(matches!(accepted, Err(AuthError::UnknownNode(9))), "{accepted:?}");
-        let itself = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let itself = PeerAuth::new(2, Some(SECRET), None, nodes([0, 1, 2]));
         let (_, accepted) = handshake(&itself, 2, &two).await;
         assert!(matches!(accepted, Err(AuthError::UnknownNode(2))), "{accepted:?}");
-        let one = PeerAuth::new(1, Some(SECRET), None, [0, 1, 2]);
+        let one = PeerAuth::new(1, Some(SECRET), None, nodes([0, 1, 2]));
         let (_, accepted) = handshake(&one, 0, &two).await;
         assert!(matches!(accepted, Err(AuthError::WrongTarget { wanted: 0, me: 2 })), "{accepted:?}");
     }
 
     #[tokio::test]
     async fn raw_bytes_are_refused_before_anything_is_decoded() {
-        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let two = PeerAuth::new(2, Some(SECRET), None, nodes([0, 1, 2]));
         let (mut a, b) = pair().await;
         // A Raft request frame, as the transport writes them after the handshake.
         let frame = [
@@ -310,7 +340,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_dialer_times_out() {
-        let two = PeerAuth::new(2, Some(SECRET), None, [0, 1, 2]);
+        let two = PeerAuth::new(2, Some(SECRET), None, nodes([0, 1, 2]));
         let (_a, b) = pair().await;
         assert!(matches!(two.accept(b).await, Err(AuthError::Timeout)));
     }

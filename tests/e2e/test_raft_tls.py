@@ -4,6 +4,8 @@ Three nodes, each with its own certificate from one CA and no secret, form a clu
 created through the metadata group, an offset is committed, the coordinator is killed with -9 and
 the offset is read back at the new coordinator, all over TLS between the nodes. A raw connection
 that tries the secret handshake without TLS is refused. Then one node comes back with a
+certificate from the same CA made for another host (as a client's would be): the other two refuse
+it, since it does not name the host of that node's Raft address. Then it comes back with a
 certificate from another CA: the other two refuse its connections (counted in `/metrics`), it
 never learns of a topic created after, and the two go on serving.
 """
@@ -21,10 +23,10 @@ from cluster import Cluster, refused_count, simple_commit
 from groupwire import GroupConn, offset_fetch_v1, parse_offset_fetch_v1
 
 
-def write_identity(ca: trustme.CA, directory: Path, name: str) -> tuple[Path, Path, Path]:
-    """A certificate for 127.0.0.1 from `ca`, its key and the CA's own certificate."""
+def write_identity(ca: trustme.CA, directory: Path, name: str, host: str = "127.0.0.1") -> tuple[Path, Path, Path]:
+    """A certificate for `host` from `ca`, its key and the CA's own certificate."""
     directory.mkdir(parents=True, exist_ok=True)
-    cert = ca.issue_cert("127.0.0.1", common_name=name)
+    cert = ca.issue_cert(host, common_name=name)
     paths = directory / f"{name}.crt", directory / f"{name}.key", directory / "ca.crt"
     cert.cert_chain_pems[0].write_to_path(str(paths[0]))
     cert.private_key_pem.write_to_path(str(paths[1]))
@@ -58,6 +60,19 @@ def fetch_offset(port: int, group: str, topic: str) -> tuple[int, int]:
     return offsets[(topic, 0)]
 
 
+def restart_refused(cluster: Cluster, identity: tuple[Path, Path, Path]) -> None:
+    """Starts the stopped node 2 with `identity` and waits until nodes 0 and 1 have refused it."""
+    node = cluster.nodes[2]
+    text = node.config_path.read_text()
+    node.config_path.write_text(text[: text.index("[tls]")] + tls_section(*identity))
+    refused_before = [refused_count(cluster.nodes[i]) for i in (0, 1)]
+    node.start(ready=False)
+    wait_until(
+        lambda: all(refused_count(cluster.nodes[i]) > refused_before[k] for k, i in enumerate((0, 1))),
+        f"nodes 0 and 1 to refuse node 2 with the certificate {identity[0].name} of {identity[0].parent.name}",
+    )
+
+
 def test_nodes_prove_themselves_by_certificate_and_a_foreign_ca_is_refused(corral_factory, tmp_path):
     ca, other_ca = trustme.CA(), trustme.CA()
     identities = [write_identity(ca, tmp_path / "tls", f"node{i}") for i in range(3)]
@@ -88,18 +103,16 @@ def test_nodes_prove_themselves_by_certificate_and_a_foreign_ca_is_refused(corra
         assert fetch_offset(cluster.kafka[new], group, topic) == (7, 0)
         cluster.nodes[coordinator].start()
 
-        # Node 2 again, with a certificate from another CA (and trusting only that CA).
+        # Node 2 again, with a certificate from the same CA for another host: it cannot pose as
+        # node 2, whose Raft address is on 127.0.0.1.
         foreign = cluster.nodes[2]
         foreign.stop()
-        identity = write_identity(other_ca, tmp_path / "other", "node2")
-        text = foreign.config_path.read_text()
-        foreign.config_path.write_text(text[: text.index("[tls]")] + tls_section(*identity))
-        refused_before = [refused_count(cluster.nodes[i]) for i in (0, 1)]
-        foreign.start(ready=False)
-        wait_until(
-            lambda: all(refused_count(cluster.nodes[i]) > refused_before[k] for k, i in enumerate((0, 1))),
-            "nodes 0 and 1 to refuse the foreign node",
-        )
+        restart_refused(cluster, write_identity(ca, tmp_path / "elsewhere", "node2", host="127.0.0.9"))
+        assert "does not name 127.0.0.1" in cluster.nodes[0].run_log_text()
+        foreign.stop()
+
+        # Node 2 again, with a certificate from another CA (and trusting only that CA).
+        restart_refused(cluster, write_identity(other_ca, tmp_path / "other", "node2"))
         assert "handshake failed" in foreign.run_log_text()
 
         later = f"tls-later-{uuid.uuid4().hex[:8]}"
