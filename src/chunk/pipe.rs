@@ -4,9 +4,9 @@
 //! A fetch answered by an upstream broker would otherwise be copied twice on its way through
 //! (received into memory, then sent from it). With the bytes in a pipe, both moves only pass
 //! page references. The last record set of a response is sent on while it still arrives (a
-//! [`PipeFiller`] fills its pipes as a client's connection drains them), so a fetch through corral
-//! is not received whole before it is sent. Besides `net::sendfile`, this is the one module with `unsafe`: the pipe2,
-//! fcntl, ioctl, splice and read calls.
+//! [`PipeFiller`] fills its pipes as a client's connection drains them), so a fetch through
+//! corral is not received whole before it is sent. Besides `net::sendfile`, this is the one
+//! module with `unsafe`: the pipe2, fcntl, ioctl, splice and read calls.
 
 #![allow(unsafe_code)]
 
@@ -169,8 +169,11 @@ impl PipedRecords {
             let mut in_pipe = available.min(left);
             while in_pipe > 0 {
                 socket.writable().await?;
+                // More to come only while the set goes on: the kernel holds back a last partial
+                // segment sent with MSG_MORE, and a response can end with these records.
+                let more = if left > in_pipe { libc::SPLICE_F_MORE } else { 0 };
                 let sent = socket.try_io(Interest::WRITABLE, || {
-                    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE;
+                    let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | more;
                     splice(pipe.as_raw_fd(), socket.as_raw_fd(), in_pipe, flags)
                 });
                 match sent {
