@@ -16,6 +16,8 @@ the machine's speed drifts):
 - fetch throughput: corral-bench fetch of one filled partition in 1 MiB fetches;
 - produce latency: one 1 KiB record at a time with acks=1 (confluent-kafka, each send waited
   for), p50 and p99 of 2000;
+- fetch latency: one Fetch v4 at a time (the version librdkafka 2.0 asks for, so nothing follows
+  the records in the response) of the filled partition's first MiB, p50 and p99 of 300;
 and each corral's CPU seconds per GB moved. Prints the medians, the through/direct ratios per
 round and the added latency (through minus direct).
 """
@@ -86,6 +88,26 @@ def latencies_ms(bootstrap: str, topic: str, n: int = 2000) -> tuple[float, floa
     return statistics.median(samples), samples[int(0.99 * len(samples)) - 1]
 
 
+def fetch_latencies_ms(bootstrap: str, topic: str, n: int = 300) -> tuple[float, float]:
+    import kafkawire as kw
+
+    conn = kw.Conn(bootstrap)
+    samples = []
+    try:
+        for i in range(n + 20):  # the first 20: warm-up
+            t = time.perf_counter()
+            conn.send(kw.fetch_v4(i + 1, topic, 0, 0, max_wait_ms=0))
+            frame = conn.recv_frame()
+            if i >= 20:
+                samples.append((time.perf_counter() - t) * 1000)
+            error, _, records = kw.parse_fetch_v4(frame)[1][(topic, 0)]
+            assert error == 0 and records, f"fetch from {bootstrap}: error {error}"
+    finally:
+        conn.close()
+    samples.sort()
+    return statistics.median(samples), samples[int(0.99 * len(samples)) - 1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corral", default=str(REPO / "target" / "release" / "corral"))
@@ -106,7 +128,8 @@ def main() -> None:
         # The fetch partition, filled once directly (256 MiB).
         bench(args, "produce", "--bootstrap", direct, "--topic", "proxy-fetch", "--create", "1", "--bytes", str(256 << 20))
         names = ["direct", *servers]
-        rows = {k: {n: [] for n in names} for k in ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms")}
+        keys = ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms", "fetch p50 ms", "fetch p99 ms")
+        rows = {k: {n: [] for n in names} for k in keys}
         cpu_per_gb: dict[str, list[float]] = {n: [] for n in servers}
         for rnd in range(args.rounds):
             order = names[rnd % len(names) :] + names[: rnd % len(names)]
@@ -120,9 +143,11 @@ def main() -> None:
                     moved_gb = (p + f) * args.duration * 1e6 / 1e9
                     cpu_per_gb[name].append((cpu_seconds(proc.pid) - before) / moved_gb)
                 p50, p99 = latencies_ms(bootstrap, f"proxy-latency-{name}-{rnd}")
-                for key, value in (("produce MB/s", p), ("fetch MB/s", f), ("latency p50 ms", p50), ("latency p99 ms", p99)):
+                f50, f99 = fetch_latencies_ms(bootstrap, "proxy-fetch")
+                for key, value in zip(keys, (p, f, p50, p99, f50, f99)):
                     rows[key][name].append(value)
-                print(f"round {rnd + 1} {name:7}: produce {p:7.1f} MB/s  fetch {f:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms", flush=True)
+                print(f"round {rnd + 1} {name:7}: produce {p:7.1f} MB/s  fetch {f:7.1f} MB/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms"
+                      f"  fetch p50 {f50:.3f} ms  p99 {f99:.3f} ms", flush=True)
         print()
         for through in servers:
             print(f"{'':16} {'direct':>10} {through:>10} {through + '/direct (per round)':>34}")
@@ -130,9 +155,10 @@ def main() -> None:
                 ratios = [c / d for c, d in zip(v[through], v["direct"])]
                 per = ", ".join(f"{r:.3f}" for r in ratios)
                 print(f"{key:16} {statistics.median(v['direct']):10.3f} {statistics.median(v[through]):10.3f} {statistics.median(ratios):10.3f}  ({per})")
-            added = [c - d for c, d in zip(rows["latency p50 ms"][through], rows["latency p50 ms"]["direct"])]
-            added99 = [c - d for c, d in zip(rows["latency p99 ms"][through], rows["latency p99 ms"]["direct"])]
-            print(f"added latency: p50 {statistics.median(added):.3f} ms, p99 {statistics.median(added99):.3f} ms (median over rounds)")
+            for what, p50_key, p99_key in (("produce", "latency p50 ms", "latency p99 ms"), ("fetch", "fetch p50 ms", "fetch p99 ms")):
+                added = [c - d for c, d in zip(rows[p50_key][through], rows[p50_key]["direct"])]
+                added99 = [c - d for c, d in zip(rows[p99_key][through], rows[p99_key]["direct"])]
+                print(f"added {what} latency: p50 {statistics.median(added):.3f} ms, p99 {statistics.median(added99):.3f} ms (median over rounds)")
             # CPU over produce and fetch with their warm-ups, per GB of the timed part: an upper bound.
             print(f"{through} CPU per GB moved (produce + fetch): {statistics.median(cpu_per_gb[through]):.2f} s")
             print()
