@@ -9,7 +9,7 @@ use bytes::{BufMut, BytesMut};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::{Chunk, ChunkedFrame};
+use super::{put_uvarint, Chunk, ChunkedFrame};
 
 /// The response of one Fetch, before encoding.
 #[derive(Debug, Default)]
@@ -180,14 +180,6 @@ impl Writer {
         }
         ChunkedFrame { chunks: self.chunks, len: self.len }
     }
-}
-
-fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
 }
 
 #[cfg(test)]

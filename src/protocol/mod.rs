@@ -116,6 +116,15 @@ pub fn encode_frame<R: Encodable>(correlation_id: i32, header_version: i16, body
     Ok(buf.freeze())
 }
 
+/// An unsigned varint, as compact lengths and tag counts are written in flexible versions.
+pub fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
 /// A response as the connection writes it.
 #[derive(Debug)]
 pub enum Reply {

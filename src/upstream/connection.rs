@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{FetchRequest, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{FetchRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
@@ -28,13 +28,17 @@ use tokio::sync::{mpsc, oneshot};
 use super::dialer::{Dialer, WriteHalf};
 use super::fetch_response::{self, FetchAnswer};
 use super::frame::{FrameReader, ReadHalf};
+use super::produce_frame;
 use super::UpstreamError;
 
 /// The largest response frame accepted from an upstream broker.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
 const CLIENT_ID: &str = "corral";
-/// Queued frames are written together, up to this many in one vectored write.
-const MAX_FRAMES_PER_WRITE: usize = 64;
+/// Queued frames are written together, up to about this many of their pieces in one vectored
+/// write.
+const MAX_PIECES_PER_WRITE: usize = 64;
+/// Linux's limit on the pieces of one vectored write.
+const IOV_MAX: usize = 1024;
 /// How long a connection no longer used waits for the responses of the requests it carried.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
@@ -77,7 +81,7 @@ struct State {
 #[derive(Debug)]
 pub struct Connection {
     pub address: String,
-    frames: mpsc::UnboundedSender<Bytes>,
+    frames: mpsc::UnboundedSender<Vec<Bytes>>,
     state: Rc<RefCell<StateCell>>,
     next_correlation_id: Cell<i32>,
 }
@@ -128,8 +132,44 @@ impl Connection {
         request: &R,
         client_id: Option<StrBytes>,
     ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
+        let id = self.next_correlation_id();
+        self.send_frame::<R>(version, id, vec![encode(request, version, id, client_id)?])
+    }
+
+    /// Queues a Produce whose large record sets are written from the producer's own bytes (see
+    /// [`produce_frame`]); gives its response, or nothing for acks=0 (which gets none).
+    pub fn send_produce(
+        &self,
+        version: i16,
+        request: &ProduceRequest,
+    ) -> Result<impl std::future::Future<Output = Result<Option<ProduceResponse>, UpstreamError>> + 'static, UpstreamError> {
+        let id = self.next_correlation_id();
+        let head = header(ProduceRequest::KEY, ProduceRequest::header_version(version), version, id, None)?;
+        let frame = produce_frame::pieces(head, request, version)?;
+        let answer = match request.acks {
+            0 => {
+                self.queue::<ProduceRequest>(version, id, frame, None)?;
+                None
+            }
+            _ => Some(self.send_frame::<ProduceRequest>(version, id, frame)?),
+        };
+        Ok(async move {
+            match answer {
+                Some(response) => response.await.map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// Queues `frame`, a request of correlation id `id`; the future gives the decoded response.
+    fn send_frame<R: Request>(
+        &self,
+        version: i16,
+        id: i32,
+        frame: Vec<Bytes>,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response, UpstreamError>> + 'static, UpstreamError> {
         let (waiter, response) = oneshot::channel();
-        self.queue(request, version, client_id, Some(Waiter::Body(waiter)))?;
+        self.queue::<R>(version, id, frame, Some(Waiter::Body(waiter)))?;
         let address = self.address.clone();
         Ok(async move {
             let mut body = response.await.map_err(|_| UpstreamError::Disconnected(address.clone()))??;
@@ -146,26 +186,20 @@ impl Connection {
         request: &FetchRequest,
     ) -> Result<impl std::future::Future<Output = Result<FetchAnswer, UpstreamError>> + 'static, UpstreamError> {
         let (waiter, response) = oneshot::channel();
-        self.queue(request, version, None, Some(Waiter::Fetch(version, waiter)))?;
+        let id = self.next_correlation_id();
+        self.queue::<FetchRequest>(version, id, vec![encode(request, version, id, None)?], Some(Waiter::Fetch(version, waiter)))?;
         let address = self.address.clone();
         Ok(async move { response.await.map_err(|_| UpstreamError::Disconnected(address))? })
     }
 
-    /// Queues a request that gets no response (Produce with acks=0).
-    pub fn send_only<R: Request>(&self, version: i16, request: &R) -> Result<(), UpstreamError> {
-        self.queue(request, version, None, None)
+    fn next_correlation_id(&self) -> i32 {
+        let id = self.next_correlation_id.get();
+        self.next_correlation_id.set(id.wrapping_add(1));
+        id
     }
 
-    fn queue<R: Request>(
-        &self,
-        request: &R,
-        version: i16,
-        client_id: Option<StrBytes>,
-        waiter: Option<Waiter>,
-    ) -> Result<(), UpstreamError> {
-        let correlation_id = self.next_correlation_id.get();
-        self.next_correlation_id.set(correlation_id.wrapping_add(1));
-        let frame = encode(request, version, correlation_id, client_id)?;
+    /// Queues `frame`, whose correlation id is `correlation_id`; its response goes to `waiter`.
+    fn queue<R: Request>(&self, version: i16, correlation_id: i32, frame: Vec<Bytes>, waiter: Option<Waiter>) -> Result<(), UpstreamError> {
         let mut state = self.state.borrow_mut();
         if let Some(e) = &state.0.closed {
             return Err(e.clone());
@@ -179,30 +213,42 @@ impl Connection {
     }
 }
 
+/// The frame of `request`, in one piece.
 pub(super) fn encode<R: Request>(
     request: &R,
     version: i16,
     correlation_id: i32,
     client_id: Option<StrBytes>,
 ) -> Result<Bytes, UpstreamError> {
-    let header = RequestHeader::default()
-        .with_request_api_key(R::KEY)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(client_id.unwrap_or_else(|| StrBytes::from_static_str(CLIENT_ID))));
-    let mut buf = BytesMut::with_capacity(64);
-    buf.put_u32(0);
-    let failed = |e: anyhow::Error| UpstreamError::Protocol(format!("cannot encode API {} v{version}: {e}", R::KEY));
-    header.encode(&mut buf, R::header_version(version)).map_err(failed)?;
-    request.encode(&mut buf, version).map_err(failed)?;
+    let mut buf = header(R::KEY, R::header_version(version), version, correlation_id, client_id)?;
+    request.encode(&mut buf, version).map_err(|e| UpstreamError::Protocol(format!("cannot encode API {} v{version}: {e}", R::KEY)))?;
     let len = u32::try_from(buf.len() - 4).map_err(|_| UpstreamError::Protocol("request too large".into()))?;
     buf[..4].copy_from_slice(&len.to_be_bytes());
     Ok(buf.freeze())
 }
 
+/// A frame's first bytes: room for its size prefix, then the request header.
+fn header(
+    key: i16,
+    header_version: i16,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<StrBytes>,
+) -> Result<BytesMut, UpstreamError> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(client_id.unwrap_or_else(|| StrBytes::from_static_str(CLIENT_ID))));
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_u32(0);
+    header.encode(&mut buf, header_version).map_err(|e| UpstreamError::Protocol(format!("cannot encode API {key} v{version}: {e}")))?;
+    Ok(buf)
+}
+
 /// The connection's life: connect, then write queued frames and read responses until either
 /// side fails, or every `Connection` handle is dropped and the last response has come.
-async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedReceiver<Bytes>, state: Rc<RefCell<StateCell>>) {
+async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedReceiver<Vec<Bytes>>, state: Rc<RefCell<StateCell>>) {
     let _open = crate::metrics::upstream_connection_begun();
     let error = match dialer.dial(&address).await {
         Err(e) => e,
@@ -212,15 +258,15 @@ async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedRe
             let reader = read_responses(address.clone(), dialed.read, state.clone());
             tokio::pin!(reader);
             let writer = async {
-                let mut frames = VecDeque::new();
+                let mut pieces = VecDeque::new();
                 while let Some(frame) = queued.recv().await {
                     // Frames queued together leave in one vectored write, none of them copied.
-                    frames.push_back(frame);
-                    while frames.len() < MAX_FRAMES_PER_WRITE {
+                    pieces.extend(frame);
+                    while pieces.len() < MAX_PIECES_PER_WRITE {
                         let Ok(more) = queued.try_recv() else { break };
-                        frames.push_back(more);
+                        pieces.extend(more);
                     }
-                    if let Err(e) = write_frames(&mut write_half, &mut frames).await {
+                    if let Err(e) = write_pieces(&mut write_half, &mut pieces).await {
                         return Some(UpstreamError::Disconnected(format!("{address}: {e}")));
                     }
                 }
@@ -259,21 +305,21 @@ async fn run(address: String, dialer: Arc<Dialer>, mut queued: mpsc::UnboundedRe
     }
 }
 
-/// Writes every frame of `frames` with vectored writes, dropping each once it is on the wire.
-async fn write_frames(write_half: &mut WriteHalf, frames: &mut VecDeque<Bytes>) -> std::io::Result<()> {
-    while !frames.is_empty() {
+/// Writes every piece of `pieces` with vectored writes, dropping each once it is on the wire.
+async fn write_pieces(write_half: &mut WriteHalf, pieces: &mut VecDeque<Bytes>) -> std::io::Result<()> {
+    while !pieces.is_empty() {
         let mut written = {
-            let slices: Vec<std::io::IoSlice<'_>> = frames.iter().map(|f| std::io::IoSlice::new(f)).collect();
+            let slices: Vec<std::io::IoSlice<'_>> = pieces.iter().take(IOV_MAX).map(|p| std::io::IoSlice::new(p)).collect();
             write_half.write_vectored(&slices).await?
         };
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         while written > 0 {
-            let Some(front) = frames.front_mut() else { break };
+            let Some(front) = pieces.front_mut() else { break };
             if written >= front.len() {
                 written -= front.len();
-                frames.pop_front();
+                pieces.pop_front();
             } else {
                 front.advance(written);
                 written = 0;

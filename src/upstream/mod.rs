@@ -16,6 +16,7 @@ pub mod dialer;
 pub mod fetch_response;
 pub mod frame;
 pub mod pool;
+mod produce_frame;
 pub mod refresh;
 
 use std::collections::{BTreeMap, HashMap};

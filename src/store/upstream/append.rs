@@ -94,17 +94,16 @@ fn send(
         let request = produce_request(plan, &positions);
         let connection = pool.ordered(broker, address, plan.lane);
         let started = Instant::now();
-        let outcome: Result<LocalBoxFuture<'static, _>, UpstreamError> = if plan.acks == 0 {
-            connection.send_only(version, &request).map(|()| -> LocalBoxFuture<'static, _> { Box::pin(std::future::ready(Ok(None))) })
-        } else {
-            connection.send(version, &request).map(|response| -> LocalBoxFuture<'static, _> {
-                Box::pin(async move {
-                    let response = response.await;
+        let acks = plan.acks;
+        let outcome = connection.send_produce(version, &request).map(|response| -> LocalBoxFuture<'static, _> {
+            Box::pin(async move {
+                let response = response.await;
+                if acks != 0 {
                     crate::metrics::upstream_request(broker, ApiKey::Produce, started.elapsed(), response.is_ok());
-                    response.map(Some)
-                })
+                }
+                response
             })
-        };
+        });
         match outcome {
             Ok(response) => sent.push((positions, response)),
             Err(e) => positions.iter().for_each(|&i| results[i] = Some(Err(e.clone().into()))),
