@@ -67,7 +67,7 @@ impl Frame {
     fn partition(&mut self, partition: &PartitionProduceData) -> anyhow::Result<()> {
         self.buf.put_i32(partition.index);
         match &partition.records {
-            None => self.null()?,
+            None => self.null(),
             Some(records) => {
                 self.len(records.len())?;
                 if records.len() >= OWN_PIECE_AT_LEAST {
@@ -109,12 +109,11 @@ impl Frame {
     }
 
     /// Null bytes or a null array.
-    fn null(&mut self) -> anyhow::Result<()> {
+    fn null(&mut self) {
         match self.flexible {
             true => self.buf.put_u8(0),
             false => self.buf.put_i32(-1),
         }
-        Ok(())
     }
 
     /// corral adds no tagged field to what it sends upstream, and passes on none.

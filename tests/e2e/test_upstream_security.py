@@ -46,7 +46,8 @@ def test_corral_in_front_of_kafka_over_sasl_ssl(corral_factory, apache_kafka_cla
     front = corral_factory(config=config)
     topic, group = unique("up-sasl"), unique("up-sasl-group")
     clients.create_topic(front.bootstrap, topic, partitions=2)
-    values = [f"{mechanism}-{i}".encode() for i in range(100)]
+    # Small records, and large ones whose batches go upstream as pieces of their own (over TLS).
+    values = [f"{mechanism}-{i}".encode() for i in range(100)] + [f"{mechanism}-large-{i}-".encode() * 4000 for i in range(5)]
     delivered = clients.produce_all(clients.producer(front.bootstrap), topic, [(None, v) for v in values])
     assert sorted(v for _, v, _, _ in delivered) == sorted(values)
     # In Kafka, read over its plaintext listener.
