@@ -13,12 +13,9 @@ CPU seconds per GB of each. Prints the medians and the per-round ratios to direc
 """
 
 import argparse
-import shutil
 import statistics
-import tempfile
-from pathlib import Path
 
-from proxy_overhead import REPO, ApacheKafkaCluster, bench, corral_upstream_config, cpu_seconds, fetch_mbps, produce_mbps, start_corral
+from proxy_overhead import REPO, cpu_seconds, fetch_mbps, kafka_and_corrals, produce_mbps, rotated, start_corral, upstream_config
 
 
 def main() -> None:
@@ -29,20 +26,14 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=4)
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="corral-proxy-builds-"))
-    kafka = ApacheKafkaCluster(work / "kafka", size=1)
-    kafka.start_all()
-    servers = {}
-    try:
+    with kafka_and_corrals(args, "corral-proxy-builds-", "builds-fetch") as (work, kafka, servers):
         for i, build in enumerate(args.builds):
-            config = "[admin]\nmetrics = false\n" + corral_upstream_config(kafka.bootstrap)
-            servers[f"build{i + 1}"] = start_corral(argparse.Namespace(corral=build), work / f"build{i + 1}", config)
-        bench(args, "produce", "--bootstrap", kafka.bootstrap, "--topic", "builds-fetch", "--create", "1", "--bytes", str(256 << 20))
+            servers[f"build{i + 1}"] = start_corral(argparse.Namespace(corral=build), work / f"build{i + 1}", upstream_config(kafka.bootstrap))
         names = ["direct", *servers]
         keys = ("produce MB/s", "produce CPU s/GB", "fetch MB/s", "fetch CPU s/GB")
         rows = {k: {n: [] for n in names} for k in keys}
         for rnd in range(args.rounds):
-            for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
+            for name in rotated(names, rnd):
                 bootstrap, proc = (kafka.bootstrap, None) if name == "direct" else (servers[name][1], servers[name][0])
                 measured = []
                 for load in (lambda: produce_mbps(args, bootstrap, f"builds-produce-{name}-{rnd}"), lambda: fetch_mbps(args, bootstrap, "builds-fetch")):
@@ -63,12 +54,6 @@ def main() -> None:
             for key in ("produce CPU s/GB", "fetch CPU s/GB"):
                 per = ", ".join(f"{v:.2f}" for v in rows[key][name])
                 print(f"  {key:16} {statistics.median(rows[key][name]):9.2f}  ({per})")
-    finally:
-        for proc, _ in servers.values():
-            proc.terminate()
-            proc.wait(30)
-        kafka.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ round and the added latency (through minus direct).
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -116,24 +117,17 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5)
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="corral-proxy-bench-"))
-    kafka = ApacheKafkaCluster(work / "kafka", size=1)
-    kafka.start_all()
-    direct = kafka.bootstrap
-    servers: dict[str, tuple[subprocess.Popen, str]] = {}
-    try:
-        servers["corral"] = start_corral(args, work / "corral", "[admin]\nmetrics = false\n" + corral_upstream_config(direct))
+    with kafka_and_corrals(args, "corral-proxy-bench-", "proxy-fetch") as (work, kafka, servers):
+        direct = kafka.bootstrap
+        servers["corral"] = start_corral(args, work / "corral", upstream_config(direct))
         sidecar = 'role = "sidecar"\n' + corral_upstream_config(direct) + f'[sidecar]\ngroup_bootstrap = ["{servers["corral"][1]}"]\n'
         servers["sidecar"] = start_corral(args, work / "sidecar", sidecar + "[admin]\nmetrics = false\n")
-        # The fetch partition, filled once directly (256 MiB).
-        bench(args, "produce", "--bootstrap", direct, "--topic", "proxy-fetch", "--create", "1", "--bytes", str(256 << 20))
         names = ["direct", *servers]
         keys = ("produce MB/s", "fetch MB/s", "latency p50 ms", "latency p99 ms", "fetch p50 ms", "fetch p99 ms")
         rows = {k: {n: [] for n in names} for k in keys}
         cpu_per_gb: dict[str, list[float]] = {n: [] for n in servers}
         for rnd in range(args.rounds):
-            order = names[rnd % len(names) :] + names[: rnd % len(names)]
-            for name in order:
+            for name in rotated(names, rnd):
                 bootstrap = direct if name == "direct" else servers[name][1]
                 proc = servers.get(name, (None,))[0]
                 before = cpu_seconds(proc.pid) if proc else 0.0
@@ -162,6 +156,20 @@ def main() -> None:
             # CPU over produce and fetch with their warm-ups, per GB of the timed part: an upper bound.
             print(f"{through} CPU per GB moved (produce + fetch): {statistics.median(cpu_per_gb[through]):.2f} s")
             print()
+
+
+@contextlib.contextmanager
+def kafka_and_corrals(args, prefix: str, fetch_topic: str):
+    """One Kafka broker in a new scratch directory, with `fetch_topic` filled once (256 MiB);
+    yields the directory, the broker and a dict for the corrals the caller starts. All of them
+    are stopped and the directory removed at the end."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    kafka = ApacheKafkaCluster(work / "kafka", size=1)
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    try:
+        kafka.start_all()
+        bench(args, "produce", "--bootstrap", kafka.bootstrap, "--topic", fetch_topic, "--create", "1", "--bytes", str(256 << 20))
+        yield work, kafka, servers
     finally:
         for proc, _ in servers.values():
             proc.terminate()
@@ -169,6 +177,16 @@ def main() -> None:
         kafka.stop()
         # Tens of GB at these rates: never left behind, whatever ended the run.
         shutil.rmtree(work, ignore_errors=True)
+
+
+def upstream_config(bootstrap: str) -> str:
+    """A corral in front of the broker at `bootstrap`, its metrics off as in every measurement."""
+    return "[admin]\nmetrics = false\n" + corral_upstream_config(bootstrap)
+
+
+def rotated(names: list[str], rnd: int) -> list[str]:
+    """The order of round `rnd`: rotated every round, since the machine's speed drifts."""
+    return names[rnd % len(names) :] + names[: rnd % len(names)]
 
 
 def start_corral(args, workdir: Path, config: str) -> tuple[subprocess.Popen, str]:
