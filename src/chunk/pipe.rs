@@ -7,11 +7,18 @@
 //! [`PipeFiller`] fills its pipes as a client's connection drains them), so a fetch through
 //! corral is not received whole before it is sent. Besides `net::sendfile`, this is the one
 //! module with `unsafe`: the pipe2, fcntl, ioctl, splice and read calls.
+//!
+//! A pipe emptied by its sending is kept for the next record set (a few per thread): a 1 MiB
+//! fetch fills three or four pipes (a pipe holds 256 pieces, and the pieces spliced from a
+//! socket are often smaller than a page), and making each anew costs four system calls and the
+//! kernel's allocations of it.
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -26,6 +33,70 @@ const PIPE_BYTES: libc::c_int = 1 << 20;
 /// waiting forever by an upstream broker that stopped within a response (Kafka's default
 /// `request.timeout.ms`).
 const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Empty pipes kept per thread for reuse: enough for the record sets a shard sends at once in
+/// the usual case, few enough to leave an unprivileged user's pipe pages to others.
+const SPARE_PIPES: usize = 8;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Both ends of a pipe. Dropped empty, it goes back to its thread's spares.
+#[derive(Debug)]
+struct Pipe {
+    /// Its read and write ends; taken out only by `Drop`.
+    ends: Option<(OwnedFd, OwnedFd)>,
+    /// The capacity asked for: only pipes of [`PIPE_BYTES`] are kept.
+    bytes: libc::c_int,
+    /// Bytes put in and not yet taken out.
+    level: AtomicU64,
+}
+
+impl Pipe {
+    /// A spare pipe of `bytes` if this thread has one, else a new one.
+    fn take(bytes: libc::c_int) -> io::Result<Pipe> {
+        let spare = if bytes == PIPE_BYTES { SPARE.try_with(|spare| spare.borrow_mut().pop()).ok().flatten() } else { None };
+        match spare {
+            Some(pipe) => Ok(pipe),
+            None => Ok(Pipe { ends: Some(new_pipe(bytes)?), bytes, level: AtomicU64::new(0) }),
+        }
+    }
+
+    fn read(&self) -> RawFd {
+        self.ends.as_ref().expect("ends taken only on drop").0.as_raw_fd()
+    }
+
+    fn write(&self) -> RawFd {
+        self.ends.as_ref().expect("ends taken only on drop").1.as_raw_fd()
+    }
+
+    fn put_in(&self, n: usize) {
+        self.level.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn took_out(&self, n: usize) {
+        self.level.fetch_sub(n as u64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        let Some((read, write)) = self.ends.take() else { return };
+        // Bytes left behind (records cut short, a sending that failed) would go out with the next
+        // record set: only an empty pipe is kept.
+        if self.bytes != PIPE_BYTES || *self.level.get_mut() != 0 {
+            return;
+        }
+        // At thread exit the spares are gone (`try_with` fails) and the ends are just closed.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARE_PIPES {
+                spare.push(Pipe { ends: Some((read, write)), bytes: self.bytes, level: AtomicU64::new(0) });
+            }
+        });
+    }
+}
 
 /// A new non-blocking pipe of `bytes` (rounded up to pages by the kernel): its read and write
 /// ends. Fails where the size is refused (an unprivileged user past `pipe-user-pages-soft`), so
@@ -50,8 +121,8 @@ fn new_pipe(bytes: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
 /// What the filler has put in pipes so far, shared with the records' reader.
 #[derive(Debug, Default)]
 struct Filled {
-    /// The pipes' read ends in order, each with the bytes put in it so far.
-    pipes: Vec<(Arc<OwnedFd>, u64)>,
+    /// The pipes in order, each with the bytes put in it so far.
+    pipes: Vec<(Arc<Pipe>, u64)>,
     /// Why the filler stopped before the end.
     failed: Option<String>,
 }
@@ -74,8 +145,8 @@ pub struct PipedRecords {
 #[derive(Debug)]
 pub struct PipeFiller {
     pipe_bytes: libc::c_int,
-    /// The write end of the pipe being filled.
-    write: OwnedFd,
+    /// The pipe being filled.
+    pipe: Arc<Pipe>,
     /// Bytes still to come from the socket.
     left: u64,
     filled: watch::Sender<Filled>,
@@ -89,10 +160,10 @@ impl PipedRecords {
     }
 
     fn start_with_pipes_of(pipe_bytes: libc::c_int, head: Bytes, len: u64) -> Option<(PipedRecords, PipeFiller)> {
-        let (read, write) = new_pipe(pipe_bytes).ok()?;
-        let (tx, rx) = watch::channel(Filled { pipes: vec![(Arc::new(read), 0)], failed: None });
+        let pipe = Arc::new(Pipe::take(pipe_bytes).ok()?);
+        let (tx, rx) = watch::channel(Filled { pipes: vec![(pipe.clone(), 0)], failed: None });
         let left = len - head.len() as u64;
-        Some((PipedRecords { head, filled: rx, len }, PipeFiller { pipe_bytes, write, left, filled: tx }))
+        Some((PipedRecords { head, filled: rx, len }, PipeFiller { pipe_bytes, pipe, left, filled: tx }))
     }
 
     /// Moves `len` bytes of the socket's stream, of which `head` was already read, into pipes,
@@ -129,7 +200,7 @@ impl PipedRecords {
     /// Waits until the pipes hold bytes not yet taken: the pipe (read end) they are in and how
     /// many. `at` is the pipe being read and how much of it was taken; it moves on to the next
     /// pipe when this one is done.
-    async fn next_bytes(&mut self, at: &mut (usize, u64)) -> io::Result<(Arc<OwnedFd>, u64)> {
+    async fn next_bytes(&mut self, at: &mut (usize, u64)) -> io::Result<(Arc<Pipe>, u64)> {
         loop {
             let (index, taken) = *at;
             let ready = |f: &Filled| f.failed.is_some() || f.pipes.len() > index + 1 || f.pipes.get(index).is_some_and(|p| p.1 > taken);
@@ -174,11 +245,12 @@ impl PipedRecords {
                 let more = if left > in_pipe { libc::SPLICE_F_MORE } else { 0 };
                 let sent = socket.try_io(Interest::WRITABLE, || {
                     let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | more;
-                    splice(pipe.as_raw_fd(), socket.as_raw_fd(), in_pipe, flags)
+                    splice(pipe.read(), socket.as_raw_fd(), in_pipe, flags)
                 });
                 match sent {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(n) => {
+                        pipe.took_out(n);
                         in_pipe -= n as u64;
                         left -= n as u64;
                         at.1 += n as u64;
@@ -200,7 +272,8 @@ impl PipedRecords {
         while left > 0 {
             let (pipe, available) = self.next_bytes(&mut at).await?;
             let want = available.min(left).min(buf.len() as u64) as usize;
-            let n = read(pipe.as_raw_fd(), &mut buf[..want])?;
+            let n = read(pipe.read(), &mut buf[..want])?;
+            pipe.took_out(n);
             if n == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
@@ -233,7 +306,7 @@ impl PipeFiller {
     async fn fill(&mut self, socket: &TcpStream) -> io::Result<()> {
         while self.left > 0 {
             socket.readable().await?;
-            let write = self.write.as_raw_fd();
+            let write = self.pipe.write();
             let moved = socket.try_io(Interest::READABLE, || {
                 match splice(socket.as_raw_fd(), write, self.left, libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK) {
                     // The socket has bytes, so it is the pipe that is full: not a reason to
@@ -247,13 +320,13 @@ impl PipeFiller {
             match moved {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
+                    self.pipe.put_in(n);
                     self.left -= n as u64;
                     self.filled.send_modify(|f| f.pipes.last_mut().expect("one pipe at least").1 += n as u64);
                 }
                 Err(e) if e.get_ref().is_some_and(|inner| inner.is::<PipeFull>()) => {
-                    let (read, write) = new_pipe(self.pipe_bytes)?;
-                    self.write = write;
-                    self.filled.send_modify(|f| f.pipes.push((Arc::new(read), 0)));
+                    self.pipe = Arc::new(Pipe::take(self.pipe_bytes)?);
+                    self.filled.send_modify(|f| f.pipes.push((self.pipe.clone(), 0)));
                 }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
                 Err(e) => return Err(e),
@@ -392,6 +465,45 @@ mod tests {
         drop(upstream);
         assert!(filler.fill_from(&from).await.is_err());
         assert!(piped.into_bytes().await.is_err());
+    }
+
+    fn spare_pipes() -> usize {
+        SPARE.with_borrow(Vec::len)
+    }
+
+    /// Pipes emptied by a sending are kept for the next record set, which then arrives whole
+    /// and alone; a pipe still holding bytes (records cut short) is closed instead.
+    #[tokio::test]
+    async fn emptied_pipes_are_reused_and_others_closed() {
+        SPARE.with_borrow_mut(Vec::clear);
+        for (round, cut) in [(0u8, None), (1, None), (2, Some(1_000_000u64))] {
+            let (mut upstream, from) = connected().await;
+            let (to, mut client) = connected().await;
+            let data: Vec<u8> = pattern(3 << 20).into_iter().map(|b| b.wrapping_add(round)).collect();
+            let sent = data.clone();
+            let writer = tokio::spawn(async move { upstream.write_all(&sent).await.unwrap() });
+            let before = spare_pipes();
+            let mut piped = PipedRecords::splice_from(&from, Bytes::new(), data.len() as u64).await.unwrap().unwrap();
+            writer.await.unwrap();
+            if before > 0 {
+                assert!(spare_pipes() < before, "round {round}: no spare pipe taken");
+            }
+            let pipes = piped.filled.borrow().pipes.len();
+            let len = cut.unwrap_or(data.len() as u64) as usize;
+            piped.truncate(len as u64);
+            let reader = tokio::spawn(async move {
+                let mut got = vec![0u8; len];
+                client.read_exact(&mut got).await.unwrap();
+                got
+            });
+            piped.splice_to(&to).await.unwrap();
+            assert!(reader.await.unwrap() == data[..len], "round {round}: other bytes than sent");
+            match cut {
+                None if round == 0 => assert_eq!(spare_pipes(), pipes.min(SPARE_PIPES)),
+                None => assert!(spare_pipes() >= before, "round {round}: {} spares, {before} before", spare_pipes()),
+                Some(_) => assert!(spare_pipes() < before, "round {round}: a pipe with bytes left was kept"),
+            }
+        }
     }
 
     #[tokio::test]
