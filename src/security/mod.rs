@@ -7,7 +7,6 @@
 //! any other (`api/sasl_handshake.rs`, `api/sasl_authenticate.rs`).
 
 pub mod acl;
-pub mod config;
 pub mod credentials;
 pub mod quota;
 pub mod sasl;
@@ -18,7 +17,7 @@ pub(crate) mod watched;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use config::SecurityProtocol;
+pub use crate::config::SecurityProtocol;
 
 /// Who a connection acts as, as Kafka writes it: `User:alice`, `User:ANONYMOUS`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -90,7 +89,7 @@ pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) ->
         (Some(certificate), true) => tls::NodeTls::new(certificate, &config.tls, client_auth).map(Some),
         _ => Ok(None),
     };
-    let raft_tls = node_tls(config.cluster.tls && config.cluster.is_multi_node(), config::ClientAuth::Required)?;
+    let raft_tls = node_tls(config.cluster.tls && config.cluster.is_multi_node(), crate::config::ClientAuth::Required)?;
     let admin_tls = node_tls(config.admin.tls, config.admin.client_auth)?;
     let sasl = match configs.iter().any(|l| l.protocol.uses_sasl()) {
         true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),

@@ -13,9 +13,9 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 
-use super::config::{ClientAuth, TlsConfig};
 use super::watched::{LoadError, Watched};
 use crate::config::{invalid, ConfigError};
+use crate::config::{ClientAuth, TlsConfig};
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

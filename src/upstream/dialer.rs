@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 use super::frame::ReadHalf;
 use super::UpstreamError;
 use crate::config::{invalid, ConfigError};
-use crate::security::config::{ClientSecurity, TlsConfig};
+use crate::config::{ClientSecurity, TlsConfig};
 use crate::security::watched::{LoadError, Watched};
 
 const SASL_HANDSHAKE_VERSION: i16 = 1;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::{invalid, parse_host_port, Config, ConfigError};
+use super::{invalid, parse_host_port, Config, ConfigError};
 
 /// How a listener's clients connect, as Kafka names it (`security.protocol`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -10,8 +10,12 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+pub mod authorization;
+pub mod quotas;
+pub mod security;
+
 use crate::coordinator::migration::MigrationPolicy;
-pub use crate::security::config::{ClientAuth, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
+pub use security::{ClientAuth, ClientSecurity, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
 
 /// Why a configuration was refused. The message always names the key.
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +57,8 @@ pub struct Config {
     pub sidecar: SidecarConfig,
     pub tls: TlsConfig,
     pub sasl: SaslConfig,
-    pub authorization: crate::security::acl::AuthorizationConfig,
-    pub quotas: crate::security::quota::QuotasConfig,
+    pub authorization: authorization::AuthorizationConfig,
+    pub quotas: quotas::QuotasConfig,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -134,7 +138,7 @@ pub struct AdminConfig {
     /// API) then check the certificate against `tls.ca_file` and present their own.
     pub tls: bool,
     /// Whether HTTPS clients must present a certificate signed by `tls.ca_file`.
-    pub client_auth: crate::security::config::ClientAuth,
+    pub client_auth: ClientAuth,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -187,7 +191,7 @@ pub struct UpstreamConfig {
     /// The least time between two reads of the upstream's metadata.
     pub retry_backoff_ms: u64,
     /// TLS and SASL toward the upstream's brokers.
-    pub security: crate::security::config::ClientSecurity,
+    pub security: ClientSecurity,
 }
 
 /// `[sidecar]`: where a sidecar (`role = "sidecar"`) sends group requests.
@@ -201,7 +205,7 @@ pub struct SidecarConfig {
     /// (a JoinGroup: this beyond its rebalance timeout).
     pub request_timeout_ms: u64,
     /// TLS and SASL toward the group service.
-    pub security: crate::security::config::ClientSecurity,
+    pub security: ClientSecurity,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -641,7 +645,7 @@ impl Config {
         if self.admin.listen == k.listen && k.listen.port() != 0 {
             return Err(invalid("admin.listen", "must differ from kafka.listen"));
         }
-        crate::security::config::validate(self)?;
+        security::validate(self)?;
         self.authorization.validate()?;
         self.quotas.validate()?;
         if !(1..=1_440).contains(&self.admin.rebalance_storm_window_minutes) {
@@ -839,7 +843,7 @@ pub fn parse_host_port(s: &str) -> Result<(String, u16), String> {
 }
 
 /// The documented default configuration, embedded so the binary and the docs cannot drift.
-pub const REFERENCE_TOML: &str = include_str!("../config/corral.toml");
+pub const REFERENCE_TOML: &str = include_str!("../../config/corral.toml");
 
 #[cfg(test)]
 mod tests {
