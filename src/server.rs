@@ -207,7 +207,15 @@ impl Server {
         let raft_net = match peer_tasks {
             Some(tasks) => {
                 let stop = CancellationToken::new();
-                Some((crate::raft::transport::start(node.clone(), tasks, stop.clone()).map_err(io)?, stop))
+                Some((
+                    crate::raft::transport::start(
+                        Arc::new(crate::runtime::raft_inbound::ShardsInbound { node: node.clone() }),
+                        tasks,
+                        stop.clone(),
+                    )
+                    .map_err(io)?,
+                    stop,
+                ))
             }
             None => None,
         };

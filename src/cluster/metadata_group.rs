@@ -33,8 +33,7 @@ use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
 use crate::runtime::{Shard, ShardId};
 
-/// The metadata group's id on the Raft links (coordinator partitions use their index).
-pub const METADATA_GROUP: u32 = u32::MAX;
+pub use crate::raft::METADATA_GROUP;
 /// The shard that hosts the metadata group.
 pub const METADATA_SHARD: ShardId = 0;
 /// How long a topic change may take to commit, and to be applied on the node that asked for it.
@@ -273,10 +272,13 @@ impl MetadataGroup {
         loop {
             let failed = match self.write(encoded.clone()).await {
                 Ok(_) => return Ok(()),
-                Err(WriteError::NotLeader(Some(leader))) if leader != me => match self.node.peers.propose(leader, encoded.clone()).await {
-                    Ok(log_id) => return self.wait_applied(log_id, deadline).await,
-                    Err(e) => e,
-                },
+                Err(WriteError::NotLeader(Some(leader))) if leader != me => {
+                    match self.node.peers.propose::<Result<LogId, WriteError>>(leader, encoded.clone()).await {
+                        Ok(Ok(log_id)) => return self.wait_applied(log_id, deadline).await,
+                        Ok(Err(e)) => e,
+                        Err(reason) => WriteError::Unreachable { node: leader, reason },
+                    }
+                }
                 Err(e) => e,
             };
             let retry = matches!(failed, WriteError::NotLeader(_) | WriteError::Unreachable { .. });

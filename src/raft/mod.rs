@@ -46,6 +46,9 @@ pub mod network;
 pub mod peer_auth;
 pub mod transport;
 
+/// The metadata group's id on the Raft links; coordinator partitions use their index.
+pub const METADATA_GROUP: u32 = u32::MAX;
+
 use bytes::Bytes;
 
 pub use entry_codec::CodecError;

@@ -24,14 +24,16 @@
 //!
 //! The connections live on one `raft-net` thread, which also accepts the peers' connections.
 //! A shard sends a request to the link of its peer through a channel and awaits the response; an
-//! inbound request runs on the shard that owns its group, through the mesh.
+//! inbound request is decoded and checked here, then handed to the node's [`Inbound`], which runs
+//! it in its group (on the shard that owns the group). This module knows nothing of shards or of
+//! what the groups hold.
 
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use futures_util::{SinkExt, StreamExt};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -47,10 +49,7 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 
 use super::peer_auth::{PeerAuth, PeerStream};
-use super::{LogId, NodeId, TypeConfig};
-use crate::cluster::metadata_group::{WriteError, METADATA_GROUP, METADATA_SHARD};
-use crate::node::Node;
-use crate::runtime::Shard;
+use super::{LogId, NodeId, TypeConfig, METADATA_GROUP};
 
 /// Largest frame either side accepts: a batch of entries is at most the log's replication budget
 /// or one entry (at most [`super::entry_codec::MAX_BODY_LEN`]), a snapshot chunk a few MiB; the
@@ -178,24 +177,29 @@ impl Peers {
         decode(&body)
     }
 
-    /// Has node `leader` write a topic change as the metadata group's leader; returns the id of
-    /// its entry once written.
-    pub async fn propose(&self, leader: NodeId, change: Bytes) -> Result<LogId, WriteError> {
-        let unreachable = |reason: String| WriteError::Unreachable { node: leader, reason };
+    /// Has node `leader` write a change as the metadata group's leader; gives the leader's
+    /// answer (`T`, as its [`Inbound`] encoded it), or why none came.
+    pub async fn propose<T: DeserializeOwned>(&self, leader: NodeId, change: Bytes) -> Result<T, String> {
         let sent = self.send(leader, METADATA_GROUP, Kind::Propose, change);
         let body = match tokio::time::timeout(PROPOSE_TIMEOUT, sent).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
-            Err(_) => return Err(unreachable(format!("no answer within {PROPOSE_TIMEOUT:?}"))),
+            Ok(result) => result.map_err(|e| e.to_string())?,
+            Err(_) => return Err(format!("no answer within {PROPOSE_TIMEOUT:?}")),
         };
-        decode::<Result<LogId, WriteError>>(&body).map_err(unreachable)?
+        decode(&body)
     }
+}
+
+/// Runs the peers' requests on this node: each in its group, on the shard that owns the group.
+/// Gives the reply as the peer's call expects it, encoded with [`encode`]: the `Result` of the
+/// group's Raft for an RPC, the answer to a pre-vote, an election or a proposal.
+pub trait Inbound: Send + Sync + 'static {
+    fn serve(&self, group: u32, request: PeerRequest) -> BoxFuture<'static, Result<Bytes, String>>;
 }
 
 /// Starts the `raft-net` thread: it accepts peers' connections and keeps this node's links until
 /// `stop` is cancelled, after the shards have stopped (a shutting-down leader hands its
 /// leadership over through these links).
-pub fn start(node: Arc<Node>, tasks: PeerTasks, stop: CancellationToken) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn start(inbound: Arc<dyn Inbound>, tasks: PeerTasks, stop: CancellationToken) -> std::io::Result<std::thread::JoinHandle<()>> {
     tasks.listener.set_nonblocking(true)?;
     std::thread::Builder::new().name("raft-net".into()).spawn(move || {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -222,7 +226,7 @@ pub fn start(node: Arc<Node>, tasks: PeerTasks, stop: CancellationToken) -> std:
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
                             let _ = stream.set_nodelay(true);
-                            tokio::spawn(serve_peer(node.clone(), stream, peer, tasks.auth.clone()));
+                            tokio::spawn(serve_peer(inbound.clone(), stream, peer, tasks.auth.clone()));
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "raft-net: accept failed");
@@ -333,7 +337,7 @@ async fn run_connection(node: NodeId, addr: &str, stream: PeerStream, first: Out
 
 /// Answers one peer's requests, once it has proven to be a node of the cluster: each runs on the
 /// shard that owns its group; responses go back as they complete.
-async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAddr, auth: PeerAuth) {
+async fn serve_peer(inbound: Arc<dyn Inbound>, stream: TcpStream, peer: std::net::SocketAddr, auth: PeerAuth) {
     let (peer_id, stream) = match auth.accept(stream).await {
         Ok(accepted) => accepted,
         Err(e) => {
@@ -370,11 +374,15 @@ async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAd
         let group = frame.get_u32();
         let kind = frame.get_u8();
         let payload = frame.freeze();
-        let node = node.clone();
+        let inbound = inbound.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let (status, body) = match dispatch(&node, group, kind, payload).await {
+            let served = match PeerRequest::decode(kind, &payload) {
+                Ok(request) => inbound.serve(group, request).await,
+                Err(e) => Err(e),
+            };
+            let (status, body) = match served {
                 Ok(body) => (STATUS_OK, body),
                 Err(reason) => (STATUS_ERROR, Bytes::from(reason)),
             };
@@ -387,17 +395,6 @@ async fn serve_peer(node: Arc<Node>, stream: TcpStream, peer: std::net::SocketAd
     }
     drop(tx);
     let _ = writing.await;
-}
-
-/// Runs a request on the shard that owns its group. The request is decoded and checked here,
-/// before it reaches any group.
-async fn dispatch(node: &Arc<Node>, group: u32, kind: u8, payload: Bytes) -> Result<Bytes, String> {
-    let request = PeerRequest::decode(kind, &payload)?;
-    let owner = match group {
-        METADATA_GROUP => METADATA_SHARD,
-        _ => *node.coordinator_shards.get(group as usize).ok_or_else(|| format!("no coordinator partition {group}"))?,
-    };
-    node.mesh.run_on(owner, move |shard| handle(shard, group, request)).await.map_err(|e| e.to_string())?
 }
 
 /// A peer's request, decoded and checked.
@@ -440,28 +437,6 @@ impl PeerRequest {
     }
 }
 
-/// Hands a request to the group's Raft; returns its `Result`, encoded.
-async fn handle(shard: Rc<Shard>, group: u32, request: PeerRequest) -> Result<Bytes, String> {
-    let election = if group == METADATA_GROUP {
-        let metadata = shard.metadata().ok_or("the metadata group is not running here yet")?;
-        if let PeerRequest::Propose(change) = request {
-            return encode(&metadata.write(change).await);
-        }
-        metadata.election().clone()
-    } else {
-        let runner = shard.coordinator(group as i32).ok_or_else(|| format!("coordinator partition {group} is not running here yet"))?;
-        runner.election().cloned().ok_or_else(|| format!("coordinator partition {group} has no Raft group yet"))?
-    };
-    match request {
-        PeerRequest::AppendEntries(rpc) => encode(&election.append_entries(rpc).await),
-        PeerRequest::Vote(rpc) => encode(&election.vote(rpc).await),
-        PeerRequest::InstallSnapshot(rpc) => encode(&election.install_snapshot(rpc).await),
-        PeerRequest::PreVote(last) => encode(&election.pre_vote(last)),
-        PeerRequest::Elect => encode(&election.stand_now().await),
-        PeerRequest::Propose(_) => Err(format!("group {group} takes no proposals from peers")),
-    }
-}
-
 /// The highest term a peer may claim. Terms grow by one an election, so no real cluster gets
 /// near it; a term near `u64::MAX` would overflow at the next election.
 const MAX_TERM: u64 = u64::MAX >> 1;
@@ -473,7 +448,8 @@ fn check_term(vote: &super::Vote) -> Result<(), String> {
     }
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Bytes, String> {
+/// Encodes a payload: postcard's binary serde form.
+pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, String> {
     postcard::to_stdvec(value).map(Bytes::from).map_err(|e| format!("cannot encode: {e}"))
 }
 

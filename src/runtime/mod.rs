@@ -7,6 +7,7 @@
 mod background;
 pub mod groups;
 pub mod mesh;
+pub mod raft_inbound;
 pub mod shard;
 
 use std::sync::Arc;
