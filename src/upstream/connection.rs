@@ -19,9 +19,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{FetchRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::{FetchRequest, ProduceRequest, ProduceResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, Request, StrBytes};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,11 +29,11 @@ use super::dialer::{Dialer, WriteHalf};
 use super::fetch_response::{self, FetchAnswer};
 use super::frame::{FrameReader, ReadHalf};
 use super::produce_frame;
+use super::request_frame::{encode, header};
 use super::UpstreamError;
 
 /// The largest response frame accepted from an upstream broker.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
-const CLIENT_ID: &str = "corral";
 /// Queued frames are written together, up to about this many of their pieces in one vectored
 /// write.
 const MAX_PIECES_PER_WRITE: usize = 64;
@@ -211,39 +211,6 @@ impl Connection {
         }
         Ok(())
     }
-}
-
-/// The frame of `request`, in one piece.
-pub(super) fn encode<R: Request>(
-    request: &R,
-    version: i16,
-    correlation_id: i32,
-    client_id: Option<StrBytes>,
-) -> Result<Bytes, UpstreamError> {
-    let mut buf = header(R::KEY, R::header_version(version), version, correlation_id, client_id)?;
-    request.encode(&mut buf, version).map_err(|e| UpstreamError::Protocol(format!("cannot encode API {} v{version}: {e}", R::KEY)))?;
-    let len = u32::try_from(buf.len() - 4).map_err(|_| UpstreamError::Protocol("request too large".into()))?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf.freeze())
-}
-
-/// A frame's first bytes: room for its size prefix, then the request header.
-fn header(
-    key: i16,
-    header_version: i16,
-    version: i16,
-    correlation_id: i32,
-    client_id: Option<StrBytes>,
-) -> Result<BytesMut, UpstreamError> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(client_id.unwrap_or_else(|| StrBytes::from_static_str(CLIENT_ID))));
-    let mut buf = BytesMut::with_capacity(64);
-    buf.put_u32(0);
-    header.encode(&mut buf, header_version).map_err(|e| UpstreamError::Protocol(format!("cannot encode API {key} v{version}: {e}")))?;
-    Ok(buf)
 }
 
 /// The connection's life: connect, then write queued frames and read responses until either

@@ -205,7 +205,7 @@ where
     R: Request,
 {
     let lost = |e: std::io::Error| UpstreamError::Disconnected(format!("{address}: {e}"));
-    let frame = super::connection::encode(request, version, correlation_id, None)?;
+    let frame = super::request_frame::encode(request, version, correlation_id, None)?;
     stream.write_all(&frame).await.map_err(lost)?;
     stream.flush().await.map_err(lost)?;
     let length = stream.read_u32().await.map_err(lost)? as usize;

@@ -18,6 +18,7 @@ pub mod frame;
 pub mod pool;
 mod produce_frame;
 pub mod refresh;
+mod request_frame;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
