@@ -11,10 +11,11 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 pub mod authorization;
+pub mod groups;
 pub mod quotas;
 pub mod security;
 
-use crate::coordinator::migration::MigrationPolicy;
+pub use groups::{GroupsConfig, MigrationPolicy};
 pub use security::{ClientAuth, ClientSecurity, ListenerConfig, SaslConfig, SecurityProtocol, TlsConfig};
 
 /// Why a configuration was refused. The message always names the key.
@@ -302,39 +303,8 @@ impl ClusterConfig {
     }
 }
 
-/// Kafka's bound of `group.consumer.assignment.interval.ms` (`group.consumer.max.assignment.interval.ms`).
-const MAX_ASSIGNMENT_INTERVAL_MS: u64 = 15_000;
-
 /// The shortest cluster secret accepted.
 const MIN_SECRET_BYTES: usize = 16;
-
-/// The group coordinator (Kafka's `group.*` and `offsets.*` broker settings).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GroupsConfig {
-    pub offsets_partitions: i32,
-    pub initial_rebalance_delay_ms: u64,
-    pub min_session_timeout_ms: i32,
-    pub max_session_timeout_ms: i32,
-    pub max_size: i32,
-    /// Members of one classic group waiting to rejoin with the id MEMBER_ID_REQUIRED gave them.
-    pub max_pending_members: u32,
-    /// Groups (of every type, simple ones included) one coordinator partition holds.
-    pub max_groups_per_partition: u32,
-    pub offset_metadata_max_bytes: u32,
-    pub offsets_retention_minutes: u64,
-    pub offsets_retention_check_interval_ms: u64,
-    pub consumer_session_timeout_ms: i32,
-    pub consumer_heartbeat_interval_ms: i32,
-    pub consumer_max_size: i32,
-    pub consumer_assignors: Vec<String>,
-    /// Which live groups convert between the classic and the consumer protocol (Kafka's
-    /// `group.consumer.migration.policy`).
-    pub consumer_migration_policy: String,
-    /// How often a consumer group's target assignment may be computed at most (Kafka's
-    /// `group.consumer.assignment.interval.ms`).
-    pub consumer_assignment_interval_ms: u64,
-}
 
 /// Broker-wide defaults of the per-topic configs (Kafka's `log.*` settings).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -435,29 +405,6 @@ impl Default for TopicsConfig {
             max_partitions: 10_000,
             max_partitions_per_node: 100_000,
             defaults: TopicDefaults::default(),
-        }
-    }
-}
-
-impl Default for GroupsConfig {
-    fn default() -> Self {
-        GroupsConfig {
-            offsets_partitions: 50,
-            initial_rebalance_delay_ms: 3_000,
-            min_session_timeout_ms: 6_000,
-            max_session_timeout_ms: 1_800_000,
-            max_size: i32::MAX,
-            max_pending_members: 20_000,
-            max_groups_per_partition: 20_000,
-            offset_metadata_max_bytes: 4096,
-            offsets_retention_minutes: 10_080,
-            offsets_retention_check_interval_ms: 600_000,
-            consumer_session_timeout_ms: 45_000,
-            consumer_heartbeat_interval_ms: 5_000,
-            consumer_max_size: i32::MAX,
-            consumer_assignors: vec!["uniform".into(), "range".into()],
-            consumer_migration_policy: "bidirectional".into(),
-            consumer_assignment_interval_ms: 1_000,
         }
     }
 }
@@ -686,59 +633,7 @@ impl Config {
                 format!("must be between 1 and topics.max_partitions ({}), got {}", t.max_partitions, t.default_partitions),
             ));
         }
-        let g = &self.groups;
-        if !(1..=1000).contains(&g.offsets_partitions) {
-            return Err(invalid("groups.offsets_partitions", format!("must be between 1 and 1000, got {}", g.offsets_partitions)));
-        }
-        if g.min_session_timeout_ms < 1 || g.min_session_timeout_ms > g.max_session_timeout_ms {
-            return Err(invalid(
-                "groups.min_session_timeout_ms",
-                format!("must be at least 1 and at most groups.max_session_timeout_ms ({})", g.max_session_timeout_ms),
-            ));
-        }
-        if g.max_size < 1 {
-            return Err(invalid("groups.max_size", "must be at least 1"));
-        }
-        if g.offsets_retention_minutes == 0 {
-            return Err(invalid("groups.offsets_retention_minutes", "must be at least 1"));
-        }
-        if g.offsets_retention_check_interval_ms == 0 {
-            return Err(invalid("groups.offsets_retention_check_interval_ms", "must be at least 1"));
-        }
-        if g.consumer_heartbeat_interval_ms < 1 || g.consumer_heartbeat_interval_ms >= g.consumer_session_timeout_ms {
-            return Err(invalid(
-                "groups.consumer_heartbeat_interval_ms",
-                format!("must be at least 1 and below groups.consumer_session_timeout_ms ({})", g.consumer_session_timeout_ms),
-            ));
-        }
-        if g.consumer_max_size < 1 {
-            return Err(invalid("groups.consumer_max_size", "must be at least 1"));
-        }
-        if g.max_pending_members == 0 {
-            return Err(invalid("groups.max_pending_members", "must be at least 1"));
-        }
-        if g.max_groups_per_partition == 0 {
-            return Err(invalid("groups.max_groups_per_partition", "must be at least 1"));
-        }
-        if g.consumer_assignors.is_empty() {
-            return Err(invalid("groups.consumer_assignors", "must name at least one assignor"));
-        }
-        if let Some(bad) = g.consumer_assignors.iter().find(|a| crate::coordinator::assignor::Assignor::from_name(a).is_none()) {
-            return Err(invalid("groups.consumer_assignors", format!("unknown assignor {bad:?}; known: \"uniform\", \"range\"")));
-        }
-        if g.consumer_assignment_interval_ms > MAX_ASSIGNMENT_INTERVAL_MS {
-            return Err(invalid(
-                "groups.consumer_assignment_interval_ms",
-                format!("must be at most {MAX_ASSIGNMENT_INTERVAL_MS} (group.consumer.max.assignment.interval.ms)"),
-            ));
-        }
-        if MigrationPolicy::from_name(&g.consumer_migration_policy).is_none() {
-            let known = MigrationPolicy::NAMES.map(|n| format!("{n:?}")).join(", ");
-            return Err(invalid(
-                "groups.consumer_migration_policy",
-                format!("unknown policy {:?}; known: {known}", g.consumer_migration_policy),
-            ));
-        }
+        self.groups.validate()?;
         let d = &t.defaults;
         let min = MIN_NEW_SEGMENT_BYTES;
         if !(min..=MAX_SEGMENT_BYTES).contains(&d.segment_bytes) {
@@ -766,36 +661,6 @@ impl Config {
             return Err(invalid("topics.defaults.max_message_bytes", "must be between 1 and 2147483647"));
         }
         Ok(())
-    }
-
-    /// The coordinator state machine's settings.
-    pub fn group_config(&self) -> crate::coordinator::state::GroupConfig {
-        let g = &self.groups;
-        crate::coordinator::state::GroupConfig {
-            min_session_timeout_ms: g.min_session_timeout_ms,
-            max_session_timeout_ms: g.max_session_timeout_ms,
-            initial_rebalance_delay_ms: g.initial_rebalance_delay_ms as i64,
-            max_size: g.max_size as usize,
-            max_pending_members: g.max_pending_members as usize,
-            max_groups: g.max_groups_per_partition as usize,
-            offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
-            offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
-            max_batch_bytes: self.topics.defaults.max_message_bytes as usize,
-            ..crate::coordinator::state::GroupConfig::default()
-        }
-    }
-
-    /// The KIP-848 coordinator's settings.
-    pub fn consumer_group_config(&self) -> crate::coordinator::consumer::ConsumerGroupConfig {
-        let g = &self.groups;
-        crate::coordinator::consumer::ConsumerGroupConfig {
-            session_timeout_ms: g.consumer_session_timeout_ms,
-            heartbeat_interval_ms: g.consumer_heartbeat_interval_ms,
-            max_size: g.consumer_max_size as usize,
-            assignors: g.consumer_assignors.iter().filter_map(|a| crate::coordinator::assignor::Assignor::from_name(a)).collect(),
-            migration_policy: MigrationPolicy::from_name(&g.consumer_migration_policy).unwrap_or(MigrationPolicy::Bidirectional),
-            assignment_interval_ms: g.consumer_assignment_interval_ms as i64,
-        }
     }
 
     /// Number of shards to run: the configured count, or one per available core.
@@ -933,7 +798,8 @@ mod tests {
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("groups.consumer_migration_policy") && err.contains("\"downgrade\""), "{err}");
         c.groups.consumer_migration_policy = "Upgrade".into();
-        assert_eq!(c.consumer_group_config().migration_policy, crate::coordinator::migration::MigrationPolicy::Upgrade);
+        c.validate().unwrap();
+        assert_eq!(MigrationPolicy::from_name(&c.groups.consumer_migration_policy), Some(MigrationPolicy::Upgrade));
     }
 
     #[test]

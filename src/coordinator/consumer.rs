@@ -14,10 +14,11 @@ use indexmap::IndexMap;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use crate::config::{GroupsConfig, MigrationPolicy};
+
 use super::assignor::{Assignor, MemberSpec};
 use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::GroupState;
-use super::migration::MigrationPolicy;
 use super::records::{ClassicMemberMetadata, ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
 use super::state::{Continuation, CoordinatorState, Outbox, TimerKey};
 
@@ -398,6 +399,20 @@ impl Default for ConsumerGroupConfig {
             assignors: vec![Assignor::Uniform, Assignor::Range],
             migration_policy: MigrationPolicy::Bidirectional,
             assignment_interval_ms: 1_000,
+        }
+    }
+}
+
+impl ConsumerGroupConfig {
+    /// The `consumer_*` settings of `[groups]` (their names checked when the config was read).
+    pub fn from_config(g: &GroupsConfig) -> ConsumerGroupConfig {
+        ConsumerGroupConfig {
+            session_timeout_ms: g.consumer_session_timeout_ms,
+            heartbeat_interval_ms: g.consumer_heartbeat_interval_ms,
+            max_size: g.consumer_max_size as usize,
+            assignors: g.consumer_assignors.iter().filter_map(|a| Assignor::from_name(a)).collect(),
+            migration_policy: MigrationPolicy::from_name(&g.consumer_migration_policy).unwrap_or(MigrationPolicy::Bidirectional),
+            assignment_interval_ms: g.consumer_assignment_interval_ms as i64,
         }
     }
 }

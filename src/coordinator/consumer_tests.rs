@@ -531,7 +531,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
     assert_eq!((listed.len(), listed[0].group_type, listed[0].state), (1, "consumer", "Stable"));
     assert!(h.state.list_groups(&[], &["classic".into()]).is_empty());
     // With migration disabled, a classic member cannot join a live consumer group (KAFKA-20640).
-    h.state.consumer.migration_policy = super::migration::MigrationPolicy::Disabled;
+    h.state.consumer.migration_policy = crate::config::MigrationPolicy::Disabled;
     let join = super::state::JoinRequest {
         group_id: "g".into(),
         member_id: String::new(),

@@ -19,6 +19,8 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use crate::config::MigrationPolicy;
+
 use super::classic::LeaveResult;
 use super::classic::{prepare_rebalance, set_state};
 use super::consumer::{
@@ -37,29 +39,7 @@ const NONE: i16 = 0;
 /// The embedded protocol type a group must speak to be converted.
 const CONSUMER_PROTOCOL: &str = "consumer";
 
-/// Which conversions of non-empty groups are allowed (Kafka's `group.consumer.migration.policy`).
-/// Empty groups convert both ways whatever the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MigrationPolicy {
-    Bidirectional,
-    Upgrade,
-    Downgrade,
-    Disabled,
-}
-
 impl MigrationPolicy {
-    pub const NAMES: [&'static str; 4] = ["bidirectional", "upgrade", "downgrade", "disabled"];
-
-    pub fn from_name(name: &str) -> Option<MigrationPolicy> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "bidirectional" => Some(MigrationPolicy::Bidirectional),
-            "upgrade" => Some(MigrationPolicy::Upgrade),
-            "downgrade" => Some(MigrationPolicy::Downgrade),
-            "disabled" => Some(MigrationPolicy::Disabled),
-            _ => None,
-        }
-    }
-
     fn upgrades(self) -> bool {
         matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade)
     }
@@ -72,7 +52,7 @@ impl MigrationPolicy {
 /// The size a batch of these records takes in the log.
 fn batch_bytes(records: &[GroupRecord]) -> usize {
     let stored: Vec<_> = records.iter().map(GroupRecord::encode).collect();
-    super::records::batch_bytes(&stored)
+    super::log_batch::batch_bytes(&stored)
 }
 
 /// Partitions by topic name → by topic id; topics that no longer exist are left out.

@@ -10,9 +10,9 @@ use kafka_protocol::ResponseError;
 use super::consumer::TopicView;
 use super::consumer_protocol;
 use super::consumer_tests::Harness;
-use super::migration::MigrationPolicy;
 use super::records::GroupRecord;
 use super::state::{CoordinatorState, JoinRequest, JoinResult, Response, SyncRequest, SyncResult};
+use crate::config::MigrationPolicy;
 
 const NONE: i16 = 0;
 const TOPIC: &str = "orders";

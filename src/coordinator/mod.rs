@@ -28,6 +28,7 @@ mod consumer_protocol;
 pub mod events;
 pub mod group;
 pub mod inspect;
+pub mod log_batch;
 pub mod migration;
 pub mod offsets;
 pub mod rebalances;

@@ -19,16 +19,6 @@ const TARGET_EPOCH_KEY: i16 = 6;
 const TARGET_MEMBER_KEY: i16 = 7;
 const CURRENT_MEMBER_KEY: i16 = 8;
 
-/// A v2 record's framing at its longest: length, attributes, timestamp and offset deltas, key
-/// and value lengths, header count (varints of 5 bytes, 10 for the timestamp).
-const RECORD_OVERHEAD: usize = 5 + 1 + 10 + 5 + 5 + 5 + 5;
-
-/// The bytes a batch of `records` takes at most (see [`StoredRecord::batch_bytes`]); the first
-/// record's log-id header and the batch header are included.
-pub fn batch_bytes(records: &[StoredRecord]) -> usize {
-    crate::record_batch::HEADER_LEN + LOG_ID_HEADER_BYTES + records.iter().map(StoredRecord::batch_bytes).sum::<usize>()
-}
-
 /// A record as it goes into a batch: its key and value bytes (`None` for a tombstone). Records
 /// are encoded once, when they are queued, and measured from these bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,17 +26,6 @@ pub struct StoredRecord {
     pub key: Bytes,
     pub value: Option<Bytes>,
 }
-
-impl StoredRecord {
-    /// The bytes this record takes in a v2 record batch, at most: its key and value plus the
-    /// record's own framing with every varint at its longest.
-    pub fn batch_bytes(&self) -> usize {
-        RECORD_OVERHEAD + self.key.len() + self.value.as_ref().map_or(0, Bytes::len)
-    }
-}
-
-/// The first record's `corral.log_id` header: its key and value with their lengths.
-const LOG_ID_HEADER_BYTES: usize = 5 + super::replicated::LOG_ID_HEADER.len() + 5 + crate::raft::LOG_ID_LEN;
 
 /// Partitions by topic id, as KIP-848 records and responses carry them.
 pub type TopicPartitions = std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeSet<i32>>;

@@ -3,7 +3,7 @@
 //! # What the log holds
 //!
 //! Each entry's [`Command`] is one `__consumer_offsets` record batch (Kafka's v2 format, the
-//! records in Kafka's key/value layouts), built by [`encode_batch`]. The leader batches the
+//! records in Kafka's key/value layouts), built by [`super::log_batch::encode_batch`]. The leader batches the
 //! records of many requests into one entry, since openraft 0.9 fsyncs once per entry.
 //!
 //! # Applying
@@ -29,103 +29,14 @@ use std::io::Cursor;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
-use super::records::{GroupRecord, StoredRecord};
-use super::shell::OffsetsLog;
-use crate::raft::{Entry, LogId, StorageError, StoredMembership, TypeConfig, LOG_ID_LEN};
-use crate::record_batch::{read_varint, HEADER_LEN};
+use super::shell::offsets_log::OffsetsLog;
+use crate::raft::{Entry, LogId, StorageError, StoredMembership, TypeConfig};
 
-/// The record header that carries the Raft entry a batch was applied from.
-pub const LOG_ID_HEADER: &str = "corral.log_id";
 /// The file beside the Raft log that holds the last applied membership.
 const MEMBERSHIP_FILE: &str = "applied_membership";
-/// Where the CRC of a v2 batch sits, and where the bytes it covers begin.
-const CRC_AT: usize = 17;
-const CRC_START: usize = 21;
-
-/// Encodes records as one uncompressed v2 batch. The first record carries a zeroed
-/// [`LOG_ID_HEADER`], filled in by [`stamp_log_id`] when the batch is applied.
-pub fn encode_batch(records: &[StoredRecord], now: i64) -> Bytes {
-    let records: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
-            control: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: now,
-            key: Some(r.key.clone()),
-            value: r.value.clone(),
-            headers: if i == 0 {
-                [(StrBytes::from_static_str(LOG_ID_HEADER), Some(Bytes::from_static(&[0; LOG_ID_LEN])))].into_iter().collect()
-            } else {
-                Default::default()
-            },
-            delete_horizon: false,
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .expect("coordinator records always encode");
-    buf.freeze()
-}
-
-/// Writes `log_id` into the [`LOG_ID_HEADER`] of a batch built by [`encode_batch`] and recomputes
-/// its CRC. The header value is the last bytes of the first record.
-pub fn stamp_log_id(batch: &mut [u8], log_id: &LogId) -> Result<(), &'static str> {
-    let mut rest = batch.get(HEADER_LEN..).ok_or("batch shorter than its header")?;
-    let before = rest.len();
-    let record_len = read_varint(&mut rest).ok_or("bad first record length")?;
-    let end = HEADER_LEN + (before - rest.len()) + usize::try_from(record_len).map_err(|_| "negative record length")?;
-    let value_at = end.checked_sub(LOG_ID_LEN).ok_or("first record too short")?;
-    // The header's key and value length precede the value; check them, so only our batches are
-    // ever written into.
-    let key = LOG_ID_HEADER.as_bytes();
-    let key_at = value_at.checked_sub(1 + key.len()).ok_or("first record too short")?;
-    if end > batch.len() || batch[value_at - 1] != (LOG_ID_LEN as u8) << 1 || &batch[key_at..value_at - 1] != key {
-        return Err("first record does not end with a log id header");
-    }
-    batch[value_at..end].copy_from_slice(&crate::raft::log_id_bytes(log_id));
-    let crc = crc32c::crc32c(&batch[CRC_START..]);
-    batch[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
-    Ok(())
-}
-
-/// The log id stamped into a record, if it carries one (records of batches written before the
-/// coordinator ran on Raft carry none).
-pub fn stamped_log_id(record: &Record) -> Option<LogId> {
-    let value = record.headers.get(&StrBytes::from_static_str(LOG_ID_HEADER))?.as_ref()?;
-    crate::raft::parse_log_id(value).ok().filter(|id| id.index > 0 || id.leader_id.term > 0)
-}
-
-/// Decodes one batch into its records.
-pub fn decode_batch(mut batch: Bytes) -> Result<Vec<Record>, &'static str> {
-    RecordBatchDecoder::decode(&mut batch).map(|set| set.records).map_err(|_| "coordinator batch does not decode")
-}
-
-/// The group records of decoded records, skipping (with a warning) any that do not parse.
-pub fn group_records(records: Vec<Record>, min_offset: i64) -> impl Iterator<Item = GroupRecord> {
-    records.into_iter().filter(move |r| r.offset >= min_offset).filter_map(|record| {
-        let key = record.key?;
-        match GroupRecord::decode(&key, record.value.as_deref()) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(offset = record.offset, error = %e, "skipping unreadable coordinator record");
-                None
-            }
-        }
-    })
-}
 
 fn sm_error(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
@@ -257,11 +168,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::coordinator::log_batch::encode_batch;
     use crate::coordinator::raft_test_support::{commit, commit_with_metadata, committed, local, open_partition};
-    use crate::coordinator::records::OffsetValue;
+    use crate::coordinator::records::{GroupRecord, OffsetValue, StoredRecord};
     use crate::coordinator::shell::{PartitionRunner, RaftSettings};
     use crate::coordinator::state::GroupConfig;
-    use openraft::CommittedLeaderId;
     use tempfile::TempDir;
 
     const NODE: u64 = 7;
@@ -435,48 +346,5 @@ mod tests {
 
     fn encoded(records: &[GroupRecord]) -> Vec<StoredRecord> {
         records.iter().map(GroupRecord::encode).collect()
-    }
-
-    fn offset(partition: i32, offset: i64) -> GroupRecord {
-        GroupRecord::Offset {
-            group: "g".into(),
-            topic: "t".into(),
-            partition,
-            value: Some(OffsetValue { offset, leader_epoch: -1, metadata: String::new(), commit_timestamp: 1, expire_timestamp: None }),
-        }
-    }
-
-    #[test]
-    fn a_stamped_batch_is_valid_and_carries_its_log_id() {
-        let batch = encode_batch(&encoded(&[offset(0, 5), offset(1, 7)]), 1_000);
-        let decoded = decode_batch(batch.clone()).unwrap();
-        assert_eq!(stamped_log_id(&decoded[0]), None, "unstamped batches carry zeros");
-
-        let log_id = LogId { leader_id: CommittedLeaderId::new(3, 1), index: 4242 };
-        let mut stamped = batch.to_vec();
-        stamp_log_id(&mut stamped, &log_id).unwrap();
-        crate::record_batch::validate(&stamped).expect("CRC recomputed");
-        let decoded = decode_batch(Bytes::from(stamped)).unwrap();
-        assert_eq!(stamped_log_id(&decoded[0]), Some(log_id));
-        assert!(decoded[1].headers.is_empty());
-        let records: Vec<GroupRecord> = group_records(decoded, 0).collect();
-        assert_eq!(records, vec![offset(0, 5), offset(1, 7)]);
-    }
-
-    #[test]
-    fn stamping_refuses_a_batch_without_the_header() {
-        // Our own batch with the header's key changed (and the CRC made valid again): nothing in
-        // it may be overwritten.
-        let mut bytes = encode_batch(&encoded(&[offset(0, 5)]), 1_000).to_vec();
-        let key = LOG_ID_HEADER.as_bytes();
-        let at = bytes.windows(key.len()).position(|w| w == key).expect("header key in the batch");
-        bytes[at] = b'C';
-        let crc = crc32c::crc32c(&bytes[CRC_START..]);
-        bytes[CRC_AT..CRC_START].copy_from_slice(&crc.to_be_bytes());
-        let original = bytes.clone();
-        let log_id = LogId { leader_id: CommittedLeaderId::new(1, 1), index: 1 };
-        assert!(stamp_log_id(&mut bytes, &log_id).is_err());
-        assert_eq!(bytes, original, "nothing written");
-        assert!(stamp_log_id(&mut [0u8; 10], &log_id).is_err());
     }
 }

@@ -78,6 +78,26 @@ impl Default for GroupConfig {
     }
 }
 
+impl GroupConfig {
+    /// The settings of `[groups]`; a group's batch of records is bounded as a message is, by
+    /// `topics.defaults.max_message_bytes`.
+    pub fn from_config(config: &crate::config::Config) -> GroupConfig {
+        let g = &config.groups;
+        GroupConfig {
+            min_session_timeout_ms: g.min_session_timeout_ms,
+            max_session_timeout_ms: g.max_session_timeout_ms,
+            initial_rebalance_delay_ms: g.initial_rebalance_delay_ms as i64,
+            max_size: g.max_size as usize,
+            max_pending_members: g.max_pending_members as usize,
+            max_groups: g.max_groups_per_partition as usize,
+            offset_metadata_max_bytes: g.offset_metadata_max_bytes as usize,
+            offsets_retention_ms: (g.offsets_retention_minutes as i64).saturating_mul(60_000),
+            max_batch_bytes: config.topics.defaults.max_message_bytes as usize,
+            ..GroupConfig::default()
+        }
+    }
+}
+
 /// Timers the state machine asks for. Each firing is checked against the current state, so a
 /// timer that is no longer relevant does nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -14,8 +14,10 @@ use uuid::Uuid;
 use super::groups::LocalGroups;
 use super::mesh::{self, Job, ShardId};
 use crate::cluster::metadata_group::{MetadataGroup, METADATA_GROUP, METADATA_SHARD};
+use crate::coordinator::consumer::ConsumerGroupConfig;
 use crate::coordinator::router::GroupRouter;
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
+use crate::coordinator::state::GroupConfig;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crate::raft::network::SoloNetwork;
@@ -190,8 +192,8 @@ impl Shard {
             let config = crate::raft::coordinator_config().map_err(|e| format!("Raft config: {e}"))?;
             let raft =
                 RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
-            let groups = node.config.group_config();
-            let consumer = node.config.consumer_group_config();
+            let groups = GroupConfig::from_config(&node.config);
+            let consumer = ConsumerGroupConfig::from_config(&node.config.groups);
             let expiration = node.config.groups.offsets_retention_check_interval_ms;
             let started: LocalBoxFuture<'_, Result<Rc<PartitionRunner>, String>> = if cluster.is_multi_node() {
                 let network = node.peers.network(index as u32);

@@ -32,37 +32,36 @@
 //! `timers.rs` (the state machine's timers, offset expiration).
 
 mod leadership;
-mod offsets_log;
+pub mod offsets_log;
 mod proposals;
 mod timers;
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use openraft::{BasicNode, ServerState};
 use tokio::sync::{oneshot, Notify};
 
 use super::events::GroupEvent;
-use super::group::{GroupState, Token};
+use super::group::Token;
+use super::log_batch::{encode_batch, split_records};
 use super::rebalances::{RebalanceHistory, RebalanceTracker};
 use super::records::{GroupRecord, StoredRecord};
-use super::replicated::{self, encode_batch, stamp_log_id, CoordinatorStateMachine};
+use super::replicated::CoordinatorStateMachine;
 use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
 use crate::clock::now_ms;
 use crate::raft::election::{Canvass, Election};
-use crate::raft::{Command, LogId, LogStoreConfig, Raft, RaftLogStore};
-use crate::storage::{Partition, StorageError};
+use crate::raft::{Command, LogStoreConfig, Raft, RaftLogStore};
+use crate::storage::Partition;
 
-pub use self::offsets_log::OffsetsLog;
-use self::proposals::{split_records, Proposals};
+use self::offsets_log::OffsetsLog;
+use self::proposals::Proposals;
 
 /// How long a one-voter partition may take to elect itself and catch up at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);

@@ -2,7 +2,20 @@
 //! replace what they cover (Raft snapshots), snapshots installed from the leader, and reading it
 //! back at load. [`OffsetsLog`] is what the Raft state machine holds; the runner shares it.
 
-use super::*;
+use std::cell::{Cell, RefCell};
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::clock::now_ms;
+use crate::coordinator::group::GroupState;
+use crate::coordinator::log_batch::{self, encode_batch, split_records, stamp_log_id};
+use crate::coordinator::records::GroupRecord;
+use crate::coordinator::state::CoordinatorState;
+use crate::raft::LogId;
+use crate::storage::{Partition, StorageError};
 
 /// Log growth (bytes) that triggers a checkpoint, at the least.
 const CHECKPOINT_MIN_BYTES: u64 = 64 * 1024 * 1024;
@@ -98,9 +111,9 @@ impl OffsetsLog {
         let now = now_ms();
         self.log.append(&batch, now).map_err(|e| e.to_string())?;
         if log_id.index < self.local_from.get() {
-            let records = replicated::decode_batch(Bytes::from(batch))?;
+            let records = log_batch::decode_batch(Bytes::from(batch))?;
             let mut state = self.state.borrow_mut();
-            for record in replicated::group_records(records, 0) {
+            for record in log_batch::group_records(records, 0) {
                 state.replay(record, now);
             }
         }
@@ -155,7 +168,7 @@ impl OffsetsLog {
                 return Err("snapshot ends inside a batch".into());
             }
             let batch = rest.split_to(header.total_len());
-            for record in replicated::group_records(replicated::decode_batch(batch)?, 0) {
+            for record in log_batch::group_records(log_batch::decode_batch(batch)?, 0) {
                 fresh.replay(record, now);
             }
         }
@@ -241,11 +254,11 @@ fn for_each_record(log: &Partition, mut f: impl FnMut(GroupRecord)) -> Result<Op
             if header.total_len() > bytes.len() {
                 break;
             }
-            let records = replicated::decode_batch(bytes.split_to(header.total_len())).map_err(unreadable)?;
-            if let Some(id) = records.first().and_then(replicated::stamped_log_id) {
+            let records = log_batch::decode_batch(bytes.split_to(header.total_len())).map_err(unreadable)?;
+            if let Some(id) = records.first().and_then(log_batch::stamped_log_id) {
                 applied = Some(id);
             }
-            replicated::group_records(records, offset).for_each(&mut f);
+            log_batch::group_records(records, offset).for_each(&mut f);
             last = header.last_offset() + 1;
         }
         if last <= offset {

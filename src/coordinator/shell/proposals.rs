@@ -4,8 +4,6 @@
 
 use super::*;
 
-/// Records per batch written, at most (batches are bounded by bytes too).
-const MAX_RECORDS_PER_BATCH: usize = 500;
 /// How long a write may wait to commit (Kafka's `offsets.commit.timeout.ms`); after that the
 /// request gets COORDINATOR_NOT_AVAILABLE (a leader cut off from its quorum never acknowledges).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,7 +48,7 @@ impl PartitionRunner {
     /// committed. One write is in flight at a time; what queues meanwhile shares the next entry.
     pub(super) fn append(self: &Rc<Self>, id: u64, records: Vec<GroupRecord>) {
         let records: Vec<StoredRecord> = records.iter().map(GroupRecord::encode).collect();
-        let bytes = crate::coordinator::records::batch_bytes(&records);
+        let bytes = crate::coordinator::log_batch::batch_bytes(&records);
         let mut proposals = self.proposals.borrow_mut();
         proposals.queue.push_back(Queued { id, records, bytes });
         if !proposals.in_flight {
@@ -85,7 +83,7 @@ impl PartitionRunner {
         let (mut ids, mut records, mut bytes) = (vec![first.id], first.records, first.bytes);
         while let Some(next) = proposals.queue.front() {
             // Each batch's header and log-id header are counted once.
-            let more = next.bytes - crate::coordinator::records::batch_bytes(&[]);
+            let more = next.bytes - crate::coordinator::log_batch::batch_bytes(&[]);
             if bytes + more > bound {
                 break;
             }
@@ -176,27 +174,4 @@ pub(super) fn raft_error_code(e: &openraft::error::RaftError<u64, openraft::erro
     match e {
         openraft::error::RaftError::APIError(_) | openraft::error::RaftError::Fatal(_) => ResponseError::NotCoordinator,
     }
-}
-
-/// Splits records into batches of at most `max_bytes` and [`MAX_RECORDS_PER_BATCH`] records each, in
-/// order; a record larger than `max_bytes` on its own is a batch of its own (the partition's log
-/// takes any batch the Raft log committed).
-pub(super) fn split_records(records: Vec<StoredRecord>, max_bytes: usize) -> Vec<Vec<StoredRecord>> {
-    let empty = crate::coordinator::records::batch_bytes(&[]);
-    let mut pieces: Vec<Vec<StoredRecord>> = Vec::new();
-    let mut bytes = empty;
-    for record in records {
-        let size = record.batch_bytes();
-        match pieces.last_mut() {
-            Some(piece) if bytes + size <= max_bytes && piece.len() < MAX_RECORDS_PER_BATCH => {
-                bytes += size;
-                piece.push(record);
-            }
-            _ => {
-                bytes = empty + size;
-                pieces.push(vec![record]);
-            }
-        }
-    }
-    pieces
 }
