@@ -20,104 +20,169 @@ pub(crate) enum IndexLoad<T> {
     Corrupt(&'static str),
 }
 
-// === impl OffsetIndex ===
+/// One kind of entry: its size in the file and its big-endian form.
+trait Entry: Copy {
+    const SIZE: usize;
+    fn decode(bytes: &[u8]) -> Self;
+    fn encode(self, out: &mut Vec<u8>);
+    /// Whether the entry may follow `prev` in a file; a file where one does not is refused.
+    fn may_follow(self, prev: Self) -> bool;
+}
 
-/// Offset → file position, for one segment. Lives on the shard that owns the partition.
+/// `(relative offset, position)`: both strictly increasing.
+impl Entry for (u32, u32) {
+    const SIZE: usize = 8;
+
+    fn decode(bytes: &[u8]) -> Self {
+        (u32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes")), u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes")))
+    }
+
+    fn encode(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+
+    fn may_follow(self, prev: Self) -> bool {
+        self.0 > prev.0 && self.1 > prev.1
+    }
+}
+
+/// `(timestamp, relative offset)`: neither decreasing.
+impl Entry for (i64, u32) {
+    const SIZE: usize = 12;
+
+    fn decode(bytes: &[u8]) -> Self {
+        (i64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes")), u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")))
+    }
+
+    fn encode(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        out.extend_from_slice(&self.1.to_be_bytes());
+    }
+
+    fn may_follow(self, prev: Self) -> bool {
+        self.0 >= prev.0 && self.1 >= prev.1
+    }
+}
+
+/// What both indexes are: the entries in memory, the file they are written to, and whether the
+/// file is behind them.
 #[derive(Debug)]
-pub(crate) struct OffsetIndex {
+struct IndexFile<E> {
     path: PathBuf,
     base_offset: i64,
-    entries: Vec<(u32, u32)>,
+    entries: Vec<E>,
     /// Entries were added since the file was last written (or read).
     dirty: bool,
 }
 
-impl OffsetIndex {
-    const ENTRY: usize = 8;
-
-    /// An empty index, to be written to `path` (any file there is replaced when it is).
-    pub(crate) fn new(path: &Path, base_offset: i64) -> OffsetIndex {
-        OffsetIndex { path: path.to_path_buf(), base_offset, entries: Vec::new(), dirty: true }
+impl<E: Entry> IndexFile<E> {
+    fn new(path: &Path, base_offset: i64) -> IndexFile<E> {
+        IndexFile { path: path.to_path_buf(), base_offset, entries: Vec::new(), dirty: true }
     }
 
-    /// Loads an index written earlier and checks that it is usable for a segment of `log_len`
-    /// bytes.
-    pub(crate) fn load(path: &Path, base_offset: i64, log_len: u64) -> io::Result<IndexLoad<OffsetIndex>> {
+    fn load(path: &Path, base_offset: i64) -> io::Result<IndexLoad<IndexFile<E>>> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(IndexLoad::Corrupt("missing")),
             Err(e) => return Err(e),
         };
-        if bytes.len() % Self::ENTRY != 0 {
+        if bytes.len() % E::SIZE != 0 {
             return Ok(IndexLoad::Corrupt("size is not a multiple of the entry size"));
         }
-        let mut entries = Vec::with_capacity(bytes.len() / Self::ENTRY);
-        for chunk in bytes.chunks_exact(Self::ENTRY) {
-            let rel = u32::from_be_bytes(chunk[0..4].try_into().expect("4 bytes"));
-            let pos = u32::from_be_bytes(chunk[4..8].try_into().expect("4 bytes"));
-            if let Some(&(last_rel, last_pos)) = entries.last() {
-                if rel <= last_rel || pos <= last_pos {
-                    return Ok(IndexLoad::Corrupt("entries are not increasing"));
-                }
+        let mut entries: Vec<E> = Vec::with_capacity(bytes.len() / E::SIZE);
+        for chunk in bytes.chunks_exact(E::SIZE) {
+            let entry = E::decode(chunk);
+            if entries.last().is_some_and(|&prev| !entry.may_follow(prev)) {
+                return Ok(IndexLoad::Corrupt("entries are not increasing"));
             }
-            if pos as u64 >= log_len {
-                return Ok(IndexLoad::Corrupt("entry points past the end of the log"));
-            }
-            entries.push((rel, pos));
+            entries.push(entry);
         }
-        Ok(IndexLoad::Loaded(OffsetIndex { path: path.to_path_buf(), base_offset, entries, dirty: false }))
+        Ok(IndexLoad::Loaded(IndexFile { path: path.to_path_buf(), base_offset, entries, dirty: false }))
     }
 
-    pub(crate) fn append(&mut self, offset: i64, position: u32) {
-        let rel = (offset - self.base_offset) as u32;
-        if let Some(&(last_rel, _)) = self.entries.last() {
-            if rel <= last_rel {
-                return;
-            }
-        }
-        self.entries.push((rel, position));
+    fn push(&mut self, entry: E) {
+        self.entries.push(entry);
         self.dirty = true;
     }
 
     /// Writes the file if entries changed since it was last written; returns its path then (for
     /// an fsync).
-    pub(crate) fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
+    fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
         if !self.dirty {
             return Ok(None);
         }
-        let mut bytes = Vec::with_capacity(self.entries.len() * Self::ENTRY);
-        for &(rel, position) in &self.entries {
-            bytes.extend_from_slice(&rel.to_be_bytes());
-            bytes.extend_from_slice(&position.to_be_bytes());
+        let mut bytes = Vec::with_capacity(self.entries.len() * E::SIZE);
+        for &entry in &self.entries {
+            entry.encode(&mut bytes);
         }
         how.write(&self.path, &bytes)?;
         self.dirty = false;
         Ok(Some(&self.path))
     }
+}
+
+// === impl OffsetIndex ===
+
+/// Offset → file position, for one segment. Lives on the shard that owns the partition.
+#[derive(Debug)]
+pub(crate) struct OffsetIndex(IndexFile<(u32, u32)>);
+
+impl OffsetIndex {
+    /// An empty index, to be written to `path` (any file there is replaced when it is).
+    pub(crate) fn new(path: &Path, base_offset: i64) -> OffsetIndex {
+        OffsetIndex(IndexFile::new(path, base_offset))
+    }
+
+    /// Loads an index written earlier and checks that it is usable for a segment of `log_len`
+    /// bytes.
+    pub(crate) fn load(path: &Path, base_offset: i64, log_len: u64) -> io::Result<IndexLoad<OffsetIndex>> {
+        Ok(match IndexFile::load(path, base_offset)? {
+            IndexLoad::Loaded(file) if file.entries.last().is_some_and(|&(_, pos)| pos as u64 >= log_len) => {
+                IndexLoad::Corrupt("entry points past the end of the log")
+            }
+            IndexLoad::Loaded(file) => IndexLoad::Loaded(OffsetIndex(file)),
+            IndexLoad::Corrupt(why) => IndexLoad::Corrupt(why),
+        })
+    }
+
+    pub(crate) fn append(&mut self, offset: i64, position: u32) {
+        let rel = (offset - self.0.base_offset) as u32;
+        if self.0.entries.last().is_some_and(|&(last_rel, _)| rel <= last_rel) {
+            return;
+        }
+        self.0.push((rel, position));
+    }
+
+    /// Writes the file if entries changed since it was last written; returns its path then (for
+    /// an fsync).
+    pub(crate) fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
+        self.0.write(how)
+    }
 
     /// The last indexed `(offset, position)` at or below `offset`, or the segment start.
     pub(crate) fn lookup(&self, offset: i64) -> (i64, u32) {
-        let rel = offset - self.base_offset;
+        let base = self.0.base_offset;
+        let rel = offset - base;
         if rel < 0 {
-            return (self.base_offset, 0);
+            return (base, 0);
         }
-        let idx = self.entries.partition_point(|&(r, _)| (r as i64) <= rel);
-        match idx {
-            0 => (self.base_offset, 0),
+        match self.0.entries.partition_point(|&(r, _)| (r as i64) <= rel) {
+            0 => (base, 0),
             i => {
-                let (r, p) = self.entries[i - 1];
-                (self.base_offset + r as i64, p)
+                let (r, p) = self.0.entries[i - 1];
+                (base + r as i64, p)
             }
         }
     }
 
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        &self.0.path
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.0.entries.len()
     }
 }
 
@@ -125,86 +190,49 @@ impl OffsetIndex {
 
 /// Timestamp → offset, for one segment. Lives on the shard that owns the partition.
 #[derive(Debug)]
-pub(crate) struct TimeIndex {
-    path: PathBuf,
-    base_offset: i64,
-    entries: Vec<(i64, u32)>,
-    dirty: bool,
-}
+pub(crate) struct TimeIndex(IndexFile<(i64, u32)>);
 
 impl TimeIndex {
-    const ENTRY: usize = 12;
-
     pub(crate) fn new(path: &Path, base_offset: i64) -> TimeIndex {
-        TimeIndex { path: path.to_path_buf(), base_offset, entries: Vec::new(), dirty: true }
+        TimeIndex(IndexFile::new(path, base_offset))
     }
 
     pub(crate) fn load(path: &Path, base_offset: i64) -> io::Result<IndexLoad<TimeIndex>> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(IndexLoad::Corrupt("missing")),
-            Err(e) => return Err(e),
-        };
-        if bytes.len() % Self::ENTRY != 0 {
-            return Ok(IndexLoad::Corrupt("size is not a multiple of the entry size"));
-        }
-        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / Self::ENTRY);
-        for chunk in bytes.chunks_exact(Self::ENTRY) {
-            let ts = i64::from_be_bytes(chunk[0..8].try_into().expect("8 bytes"));
-            let rel = u32::from_be_bytes(chunk[8..12].try_into().expect("4 bytes"));
-            if let Some(&(last_ts, last_rel)) = entries.last() {
-                if ts < last_ts || rel < last_rel {
-                    return Ok(IndexLoad::Corrupt("entries are not increasing"));
-                }
-            }
-            entries.push((ts, rel));
-        }
-        Ok(IndexLoad::Loaded(TimeIndex { path: path.to_path_buf(), base_offset, entries, dirty: false }))
+        Ok(match IndexFile::load(path, base_offset)? {
+            IndexLoad::Loaded(file) => IndexLoad::Loaded(TimeIndex(file)),
+            IndexLoad::Corrupt(why) => IndexLoad::Corrupt(why),
+        })
     }
 
     /// Adds `(timestamp, offset)` if the timestamp is larger than the last entry's.
     pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) {
-        if let Some(&(last_ts, _)) = self.entries.last() {
-            if timestamp <= last_ts {
-                return;
-            }
+        if self.0.entries.last().is_some_and(|&(last_ts, _)| timestamp <= last_ts) {
+            return;
         }
-        self.entries.push((timestamp, (offset - self.base_offset) as u32));
-        self.dirty = true;
+        self.0.push((timestamp, (offset - self.0.base_offset) as u32));
     }
 
     /// Writes the file if entries changed since it was last written; returns its path then.
     pub(crate) fn write(&mut self, how: IndexWrite) -> io::Result<Option<&Path>> {
-        if !self.dirty {
-            return Ok(None);
-        }
-        let mut bytes = Vec::with_capacity(self.entries.len() * Self::ENTRY);
-        for &(timestamp, rel) in &self.entries {
-            bytes.extend_from_slice(&timestamp.to_be_bytes());
-            bytes.extend_from_slice(&rel.to_be_bytes());
-        }
-        how.write(&self.path, &bytes)?;
-        self.dirty = false;
-        Ok(Some(&self.path))
+        self.0.write(how)
     }
 
     /// The offset of the last entry whose timestamp is below `timestamp`; scanning from there
     /// finds the first record at or above it. The segment start if there is none.
     pub(crate) fn lookup(&self, timestamp: i64) -> i64 {
-        let idx = self.entries.partition_point(|&(ts, _)| ts < timestamp);
-        match idx {
-            0 => self.base_offset,
-            i => self.base_offset + self.entries[i - 1].1 as i64,
+        match self.0.entries.partition_point(|&(ts, _)| ts < timestamp) {
+            0 => self.0.base_offset,
+            i => self.0.base_offset + self.0.entries[i - 1].1 as i64,
         }
     }
 
     /// Largest timestamp recorded, with its offset.
     pub(crate) fn last_entry(&self) -> Option<(i64, i64)> {
-        self.entries.last().map(|&(ts, rel)| (ts, self.base_offset + rel as i64))
+        self.0.entries.last().map(|&(ts, rel)| (ts, self.0.base_offset + rel as i64))
     }
 
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        &self.0.path
     }
 }
 
