@@ -10,7 +10,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services, NONE};
-use crate::coordinator::consumer::{DescribedConsumerGroup, TopicView};
+use crate::coordinator::consumer::DescribedConsumerGroup;
+use crate::coordinator::consumer_group::TopicView;
 use crate::coordinator::records::TopicPartitions as Partitions;
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};

@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
-use crate::coordinator::consumer::{ConsumerHeartbeat, HeartbeatAnswer};
+use crate::coordinator::consumer_group::{ConsumerHeartbeat, HeartbeatAnswer};
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
 

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
-use crate::coordinator::state::{JoinRequest, JoinResult};
+use crate::coordinator::requests::{JoinRequest, JoinResult};
 use crate::protocol::RequestContext;
 use crate::security::acl::Operation;
 

@@ -8,7 +8,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{api_entry, groups, ApiEntry, Handled, HandlerResult, Services};
-use crate::coordinator::state::{SyncRequest, SyncResult};
+use crate::coordinator::requests::{SyncRequest, SyncResult};
 use crate::protocol::RequestContext;
 use crate::security::acl::Operation;
 

@@ -130,7 +130,7 @@ pub struct Catalog {
     node_id: i32,
     /// What the metadata group last applied here.
     applied: Mutex<(Option<LogId>, StoredMembership)>,
-    /// Counts changes (see [`crate::coordinator::consumer::TopicView::version`]).
+    /// Counts changes (see [`crate::coordinator::consumer_group::TopicView::version`]).
     version: AtomicU64,
     /// The producer-id blocks handed out through the metadata group.
     pub producer_ids: ReplicatedProducerIds,
@@ -356,7 +356,7 @@ impl ReplicatedProducerIds {
 }
 
 /// The group coordinator reads topic names, ids and partition counts through this view.
-impl crate::coordinator::consumer::TopicView for Catalog {
+impl crate::coordinator::consumer_group::TopicView for Catalog {
     fn by_name(&self, name: &str) -> Option<(Uuid, i32)> {
         self.get(name).map(|t| (t.id, t.partitions.len() as i32))
     }

@@ -4,8 +4,9 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::group::{GroupState, Token};
+use super::outbox::{Continuation, Response};
 use super::records::GroupRecord;
-use super::state::{Continuation, CoordinatorState, Response};
+use super::state::CoordinatorState;
 
 const NONE: i16 = 0;
 

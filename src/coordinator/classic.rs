@@ -6,13 +6,12 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
-use super::consumer::TopicView;
+use super::consumer_group::TopicView;
 use super::events::{Departure, GroupEvent, GroupKind, MemberStep, RebalanceCause};
 use super::group::{ClassicGroup, GroupState, JoinPhase, Member, ParkedJoin, Token};
-use super::state::{
-    Continuation, CoordinatorState, GroupConfig, JoinRequest, JoinResult, JoinedMember, Outbox, Response, SyncRequest, SyncResult,
-    TimerKey, MAX_ID_BYTES, MAX_RECORD_STRING_BYTES, MEMBER_ID_PREFIX_BYTES,
-};
+use super::outbox::{Continuation, Outbox, Response, TimerKey};
+use super::requests::{JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult};
+use super::state::{CoordinatorState, GroupConfig, MAX_ID_BYTES, MAX_RECORD_STRING_BYTES, MEMBER_ID_PREFIX_BYTES};
 
 const NONE: i16 = 0;
 

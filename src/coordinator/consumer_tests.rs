@@ -5,10 +5,11 @@ use std::collections::{BTreeSet, HashMap};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::consumer::{ConsumerGroupConfig, ConsumerHeartbeat, HeartbeatAnswer, TopicView};
+use super::consumer_group::{ConsumerGroupConfig, ConsumerHeartbeat, HeartbeatAnswer, TopicView};
 use super::events::RebalanceCause;
+use super::outbox::{Effect, TimerKey};
 use super::records::{GroupRecord, TopicPartitions};
-use super::state::{CoordinatorState, Effect, GroupConfig, TimerKey};
+use super::state::{CoordinatorState, GroupConfig};
 
 const NONE: i16 = 0;
 const SESSION: i32 = 10_000;
@@ -51,7 +52,7 @@ pub(super) struct Harness {
     epochs: HashMap<String, i32>,
     events: Vec<(i64, super::events::GroupEvent)>,
     /// Responses delivered to parked or waiting requests, by token.
-    pub(super) replies: Vec<(u64, super::state::Response)>,
+    pub(super) replies: Vec<(u64, super::outbox::Response)>,
 }
 
 impl Harness {
@@ -501,14 +502,14 @@ fn offsets_of_consumer_groups_check_the_member_epoch() {
         let mut code = None;
         for e in h.state.out.drain() {
             match e {
-                Effect::Reply(_, super::state::Response::Commit(c)) => code = Some(c[0]),
+                Effect::Reply(_, super::outbox::Response::Commit(c)) => code = Some(c[0]),
                 Effect::Append(id, _) => h.state.appended(h.now, id, None),
                 _ => {}
             }
         }
         code.or_else(|| {
             h.state.out.drain().into_iter().find_map(|e| match e {
-                Effect::Reply(_, super::state::Response::Commit(c)) => Some(c[0]),
+                Effect::Reply(_, super::outbox::Response::Commit(c)) => Some(c[0]),
                 _ => None,
             })
         })
@@ -532,7 +533,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
     assert!(h.state.list_groups(&[], &["classic".into()]).is_empty());
     // With migration disabled, a classic member cannot join a live consumer group (KAFKA-20640).
     h.state.consumer.migration_policy = crate::config::MigrationPolicy::Disabled;
-    let join = super::state::JoinRequest {
+    let join = super::requests::JoinRequest {
         group_id: "g".into(),
         member_id: String::new(),
         instance_id: None,
@@ -547,7 +548,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
     h.state.join(h.now, join.clone(), 77, &h.topics);
     let replies: Vec<Effect> = h.state.out.drain();
     assert!(replies.iter().any(
-        |e| matches!(e, Effect::Reply(77, super::state::Response::Join(r)) if r.error == ResponseError::InconsistentGroupProtocol.code())
+        |e| matches!(e, Effect::Reply(77, super::outbox::Response::Join(r)) if r.error == ResponseError::InconsistentGroupProtocol.code())
     ));
     // DeleteGroups refuses the live consumer group; after its member leaves it succeeds.
     h.state.delete_groups(h.now, &["g".into()], 5);
@@ -556,7 +557,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
         .out
         .drain()
         .iter()
-        .any(|e| matches!(e, Effect::Reply(5, super::state::Response::DeleteGroups(c)) if c[0] == ResponseError::NonEmptyGroup.code())));
+        .any(|e| matches!(e, Effect::Reply(5, super::outbox::Response::DeleteGroups(c)) if c[0] == ResponseError::NonEmptyGroup.code())));
     let mut leave = h.request("a", -1);
     leave.member_epoch = -1;
     h.send(leave);
@@ -571,7 +572,7 @@ fn classic_and_consumer_groups_share_one_namespace() {
     assert!(effects
         .iter()
         .chain(more.iter())
-        .any(|e| matches!(e, Effect::Reply(6, super::state::Response::DeleteGroups(c)) if c[0] == NONE)));
+        .any(|e| matches!(e, Effect::Reply(6, super::outbox::Response::DeleteGroups(c)) if c[0] == NONE)));
     assert!(h.state.consumer_groups.is_empty());
     // A consumer heartbeat replaces an empty classic (simple) group of the same id.
     h.state.groups.insert("simple".into(), super::group::ClassicGroup::new("simple".into(), 0));

@@ -1,6 +1,6 @@
 //! What happened in a group, said by the state machine as it happens.
 //!
-//! Every rebalance, member change and offset change is an [`super::state::Effect::Event`] with
+//! Every rebalance, member change and offset change is an [`super::outbox::Effect::Event`] with
 //! the time it happened. The state machine only says it; what is done with it — metrics, the log,
 //! a rebalance history — belongs to whoever carries out the effects ([`super::shell`]), so the
 //! state machine stays a pure function of its inputs and every consumer reads the same stream.

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::consumer::ConsumerGroup;
+use super::consumer_group::ConsumerGroup;
 use super::consumer_protocol::assigned_partitions;
 use super::group::{ClassicGroup, GroupState};
 use super::rebalances::{RebalanceHistory, RebalanceSummary};

@@ -23,16 +23,18 @@ use crate::config::MigrationPolicy;
 
 use super::classic::LeaveResult;
 use super::classic::{prepare_rebalance, set_state};
-use super::consumer::{
-    apply_member_changes, flatten, member_tombstones, new_member_id, subscription_metadata, to_topic_partitions, ConsumerGroup,
-    ConsumerHeartbeat, ConsumerMember, MemberChange, MemberState, TopicView,
+use super::consumer::{apply_member_changes, subscription_metadata, to_topic_partitions, MemberChange};
+use super::consumer_group::{
+    flatten, member_tombstones, new_member_id, ConsumerGroup, ConsumerHeartbeat, ConsumerMember, MemberState, TopicView,
 };
 use super::consumer_protocol;
 use super::events::{Departure, GroupEvent, GroupKind, RebalanceCause};
 use super::group::Token;
 use super::group::{ClassicGroup, GroupState, Member};
+use super::outbox::{Continuation, Response, TimerKey};
 use super::records::{ClassicMemberMetadata, GroupRecord, TopicPartitions};
-use super::state::{Continuation, CoordinatorState, JoinRequest, JoinResult, Response, SyncRequest, SyncResult, TimerKey};
+use super::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use super::state::CoordinatorState;
 
 const NONE: i16 = 0;
 

@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 
-use super::consumer::TopicView;
+use super::consumer_group::TopicView;
 use super::consumer_protocol;
 use super::consumer_tests::Harness;
+use super::outbox::Response;
 use super::records::GroupRecord;
-use super::state::{CoordinatorState, JoinRequest, JoinResult, Response, SyncRequest, SyncResult};
+use super::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use super::state::CoordinatorState;
 use crate::config::MigrationPolicy;
 
 const NONE: i16 = 0;
@@ -171,7 +173,7 @@ impl Mixed {
                 self.check_exclusive();
             }
             let g = &self.h.state.consumer_groups["g"];
-            let settled = g.members.values().all(|m| m.epoch == g.group_epoch && m.state == super::consumer::MemberState::Stable);
+            let settled = g.members.values().all(|m| m.epoch == g.group_epoch && m.state == super::consumer_group::MemberState::Stable);
             if g.state_name() == "Stable" && settled && classic.iter().all(|n| self.classic[n].generation == g.group_epoch) {
                 return;
             }

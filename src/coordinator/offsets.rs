@@ -7,8 +7,9 @@ use kafka_protocol::ResponseError;
 use super::classic::{touch_session, validate_member};
 use super::events::GroupEvent;
 use super::group::{ClassicGroup, GroupState, Token};
+use super::outbox::{Continuation, Response};
 use super::records::{GroupRecord, OffsetValue};
-use super::state::{Continuation, CoordinatorState, Response};
+use super::state::CoordinatorState;
 
 const NONE: i16 = 0;
 

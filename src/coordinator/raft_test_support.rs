@@ -5,8 +5,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::offsets::{CommitOffset, CommitRequest};
+use super::outbox::Response;
 use super::shell::PartitionRunner;
-use super::state::Response;
 use crate::storage::{LogConfig, Partition, PartitionLog};
 
 /// A `__consumer_offsets` partition's log in `dir` (opened as after a crash: scanned).

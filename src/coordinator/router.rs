@@ -15,9 +15,10 @@ use kafka_protocol::ResponseError;
 
 use super::admin::{DescribedGroup, ListedGroup};
 use super::classic::{HeartbeatRequest, LeaveResult};
-use super::consumer::{ConsumerHeartbeat, DescribedConsumerGroup, HeartbeatAnswer};
+use super::consumer::DescribedConsumerGroup;
+use super::consumer_group::{ConsumerHeartbeat, HeartbeatAnswer};
 use super::offsets::{CommitRequest, FetchedOffset};
-use super::state::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use super::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
 use crate::security::Principal;
 
 /// An answer still to come.

@@ -18,9 +18,11 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
-use super::events::GroupEvent;
-use super::group::{ClassicGroup, GroupState, Member, Token};
+use super::consumer_group::{ConsumerGroup, ConsumerGroupConfig};
+use super::group::{ClassicGroup, GroupState, Member};
+use super::outbox::{write_error, Continuation, Outbox, Response, TimerKey};
 use super::records::{GroupMetadataValue, GroupRecord, MemberMetadata, OffsetValue};
+use super::requests::JoinResult;
 
 /// Longest group id or group instance id accepted (bytes). Kafka sets no limit, but its record
 /// keys store them as 16-bit-length strings; corral refuses longer ones up front.
@@ -98,204 +100,6 @@ impl GroupConfig {
     }
 }
 
-/// Timers the state machine asks for. Each firing is checked against the current state, so a
-/// timer that is no longer relevant does nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum TimerKey {
-    /// A member's session (also the 5-minute new-member join timeout).
-    Session { group: String, member: String },
-    /// A MEMBER_ID_REQUIRED member that has not re-joined.
-    Pending { group: String, member: String },
-    /// The join phase: the initial delay or the rebalance timeout.
-    Join { group: String },
-    /// The sync phase (KAFKA-12890).
-    Sync { group: String },
-    /// A KIP-848 member's session.
-    ConsumerSession { group: String, member: String },
-    /// A KIP-848 member that must revoke partitions before this deadline.
-    ConsumerRebalance { group: String, member: String },
-    /// A consumer group's target assignment, deferred by the assignment interval.
-    ConsumerAssignment { group: String },
-    /// A classic member of a consumer group told to re-join (§6.10).
-    ClassicJoin { group: String, member: String },
-    /// A classic member of a consumer group that joined and owes a SyncGroup (§6.10).
-    ClassicSync { group: String, member: String },
-}
-
-/// A response delivered to a request that was parked or waited for its records.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Response {
-    Join(JoinResult),
-    Sync(SyncResult),
-    /// Per offset of the request, in request order.
-    Commit(Vec<i16>),
-    /// Per group of the request, in request order.
-    DeleteGroups(Vec<i16>),
-}
-
-/// What the state machine wants done.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
-    Reply(Token, Response),
-    Timer(TimerKey, i64),
-    /// Something happened at this time (see [`super::events`]); nothing waits for it.
-    Event(i64, GroupEvent),
-    /// Append these records; call [`CoordinatorState::appended`] with `id` once they are stored.
-    Append(u64, Vec<GroupRecord>),
-}
-
-/// What to do once an append completes.
-#[derive(Debug)]
-pub(crate) enum Continuation {
-    /// Nothing waits for it (a failure is only logged).
-    Nothing,
-    /// Nothing waits for it, but its records go in one batch or not at all (a group converted
-    /// from one protocol to the other).
-    Atomic,
-    /// A classic member joined a consumer group: answer its JoinGroup once the records are
-    /// stored (with the write's error otherwise).
-    Joined { token: Token, result: JoinResult },
-    /// The leader's SyncGroup of `generation`: deliver the assignments.
-    SyncComplete { group: String, generation: i32, assignments: HashMap<String, Bytes> },
-    /// A static member replaced without rebalance: answer its JoinGroup, or undo on failure.
-    StaticRejoin {
-        group: String,
-        token: Token,
-        result: JoinResult,
-        old_member: Box<Member>,
-        new_member_id: String,
-        old_leader: Option<String>,
-    },
-    /// Offsets accepted by OffsetCommit: apply them and answer.
-    Commit { group: String, token: Token, offsets: Vec<(String, i32, super::records::OffsetValue)>, codes: Vec<i16> },
-    /// DeleteGroups: answer.
-    DeleteGroups { token: Token, codes: Vec<i16> },
-}
-
-/// What a failed write of the coordinator's records tells the client (spec §1.4). Records too
-/// large for a batch fail an offset commit with INVALID_COMMIT_OFFSET_SIZE, per partition (the
-/// code Kafka's coordinator gave for it before 4.0, and the one that names the cause), and any
-/// other write with UNKNOWN_SERVER_ERROR, as Kafka's; other codes pass as they are.
-fn write_error(error: ResponseError, then: &Continuation) -> ResponseError {
-    match error {
-        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge | ResponseError::InvalidFetchSize => match then {
-            Continuation::Commit { .. } => ResponseError::InvalidCommitOffsetSize,
-            _ => ResponseError::UnknownServerError,
-        },
-        other => other,
-    }
-}
-
-/// Outputs collected during one call into the state machine.
-#[derive(Debug, Default)]
-pub struct Outbox {
-    pub effects: Vec<Effect>,
-    next_append: u64,
-    pub(crate) continuations: HashMap<u64, Continuation>,
-}
-
-impl Outbox {
-    pub(crate) fn reply(&mut self, token: Token, response: Response) {
-        self.effects.push(Effect::Reply(token, response));
-    }
-
-    pub(crate) fn event(&mut self, at: i64, event: GroupEvent) {
-        self.effects.push(Effect::Event(at, event));
-    }
-
-    pub(crate) fn timer(&mut self, key: TimerKey, deadline: i64) {
-        self.effects.push(Effect::Timer(key, deadline));
-    }
-
-    pub(crate) fn append(&mut self, records: Vec<GroupRecord>, then: Continuation) {
-        self.next_append += 1;
-        let id = self.next_append;
-        self.continuations.insert(id, then);
-        self.effects.push(Effect::Append(id, records));
-    }
-
-    /// Takes the effects produced so far.
-    pub fn drain(&mut self) -> Vec<Effect> {
-        std::mem::take(&mut self.effects)
-    }
-}
-
-/// JoinGroup as the state machine sees it.
-#[derive(Debug, Clone)]
-pub struct JoinRequest {
-    pub group_id: String,
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub protocol_type: String,
-    pub protocols: Vec<(String, Bytes)>,
-    pub session_timeout_ms: i32,
-    pub rebalance_timeout_ms: i32,
-    pub client_id: String,
-    pub client_host: String,
-    pub version: i16,
-}
-
-/// A JoinGroup answer, before version shaping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinResult {
-    pub error: i16,
-    pub generation: i32,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub leader: String,
-    pub skip_assignment: bool,
-    pub member_id: String,
-    /// Only for the leader: every member with its metadata for the selected protocol.
-    pub members: Vec<JoinedMember>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinedMember {
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub metadata: Bytes,
-}
-
-impl JoinResult {
-    pub fn error(error: ResponseError, member_id: &str) -> JoinResult {
-        JoinResult {
-            error: error.code(),
-            generation: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            skip_assignment: false,
-            member_id: member_id.to_string(),
-            members: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct SyncRequest {
-    pub group_id: String,
-    pub generation: i32,
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub assignments: Vec<(String, Bytes)>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncResult {
-    pub error: i16,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub assignment: Bytes,
-}
-
-impl SyncResult {
-    pub fn error(error: ResponseError) -> SyncResult {
-        SyncResult { error: error.code(), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
-    }
-}
-
 /// Committed offsets of one group: (topic, partition) → value.
 pub type GroupOffsets = HashMap<(String, i32), OffsetValue>;
 
@@ -303,12 +107,12 @@ pub type GroupOffsets = HashMap<(String, i32), OffsetValue>;
 #[derive(Debug)]
 pub struct CoordinatorState {
     pub config: GroupConfig,
-    pub consumer: super::consumer::ConsumerGroupConfig,
+    pub consumer: ConsumerGroupConfig,
     /// Classic groups (including simple, offsets-only groups). A group id is in at most one of
     /// `groups` and `consumer_groups`.
     pub groups: HashMap<String, ClassicGroup>,
     /// KIP-848 consumer groups.
-    pub consumer_groups: HashMap<String, super::consumer::ConsumerGroup>,
+    pub consumer_groups: HashMap<String, ConsumerGroup>,
     /// Committed offsets by group id, whatever the group's type (as Kafka keeps them apart from
     /// group metadata).
     pub offsets: HashMap<String, GroupOffsets>,
@@ -317,10 +121,10 @@ pub struct CoordinatorState {
 
 impl CoordinatorState {
     pub fn new(config: GroupConfig) -> CoordinatorState {
-        Self::with_consumer_config(config, super::consumer::ConsumerGroupConfig::default())
+        Self::with_consumer_config(config, ConsumerGroupConfig::default())
     }
 
-    pub fn with_consumer_config(config: GroupConfig, consumer: super::consumer::ConsumerGroupConfig) -> CoordinatorState {
+    pub fn with_consumer_config(config: GroupConfig, consumer: ConsumerGroupConfig) -> CoordinatorState {
         CoordinatorState {
             config,
             consumer,

@@ -10,9 +10,11 @@ use super::classic::HeartbeatRequest;
 use super::events::{GroupEvent, RebalanceCause};
 use super::group::GroupState;
 use super::offsets::{CommitOffset, CommitRequest};
+use super::outbox::{Effect, Response, TimerKey};
 use super::rebalances::{RebalanceSummary, RebalanceTracker};
 use super::records::GroupRecord;
-use super::state::{CoordinatorState, Effect, GroupConfig, JoinRequest, JoinResult, Response, SyncRequest, SyncResult, TimerKey};
+use super::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
+use super::state::{CoordinatorState, GroupConfig};
 
 const SESSION: i32 = 10_000;
 const REBALANCE: i32 = 60_000;

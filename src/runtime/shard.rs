@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::groups::LocalGroups;
 use super::mesh::{self, Job, ShardId};
 use crate::cluster::metadata_group::{MetadataGroup, METADATA_GROUP, METADATA_SHARD};
-use crate::coordinator::consumer::ConsumerGroupConfig;
+use crate::coordinator::consumer_group::ConsumerGroupConfig;
 use crate::coordinator::router::GroupRouter;
 use crate::coordinator::shell::{PartitionRunner, RaftSettings};
 use crate::coordinator::state::GroupConfig;

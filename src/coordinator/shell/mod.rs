@@ -51,10 +51,11 @@ use tokio::sync::{oneshot, Notify};
 use super::events::GroupEvent;
 use super::group::Token;
 use super::log_batch::{encode_batch, split_records};
+use super::outbox::{Effect, Response, TimerKey};
 use super::rebalances::{RebalanceHistory, RebalanceTracker};
 use super::records::{GroupRecord, StoredRecord};
 use super::replicated::CoordinatorStateMachine;
-use super::state::{CoordinatorState, Effect, GroupConfig, Response, TimerKey};
+use super::state::{CoordinatorState, GroupConfig};
 use crate::clock::now_ms;
 use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, LogStoreConfig, Raft, RaftLogStore};
@@ -137,7 +138,7 @@ impl PartitionRunner {
         index: i32,
         log: Rc<Partition>,
         config: GroupConfig,
-        consumer: super::consumer::ConsumerGroupConfig,
+        consumer: super::consumer_group::ConsumerGroupConfig,
         expiration_interval_ms: u64,
         raft: RaftSettings,
         network: N,
