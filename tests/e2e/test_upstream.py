@@ -137,6 +137,29 @@ def test_an_acknowledged_record_survives_a_killed_upstream_broker(front, apache_
     assert len({v for _, _, v in in_kafka}) == 3000, "a record is in Kafka twice"
 
 
+def test_list_offsets_follows_a_killed_leader(front, apache_kafka_classic):
+    """A partition's upstream leader is killed, then the partition's offsets are asked through
+    corral at once (before corral or Kafka knows the broker is gone): corral asks again once its
+    view of the upstream is refreshed, as a Kafka consumer retries its ListOffsets, and the client
+    gets the offsets rather than an error."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique("up-lo-leader")
+    clients.create_topic(front.bootstrap, topic, partitions=PARTITIONS)
+    clients.produce_all(clients.producer(front.bootstrap), topic, [(None, f"r{i}".encode()) for i in range(60)])
+    expected = high_watermarks(apache_kafka_classic.bootstrap, topic, PARTITIONS)
+    assert sum(expected.values()) == 60
+    # Through corral once, so that its view of the upstream names the leader about to die.
+    assert high_watermarks(front.bootstrap, topic, PARTITIONS) == expected
+    leaders = AdminClient({"bootstrap.servers": apache_kafka_classic.bootstrap}).list_topics(topic, timeout=10).topics[topic].partitions
+    victim = leaders[0].leader
+    index = next(b.index for b in apache_kafka_classic.brokers if b.node_id == victim)
+    apache_kafka_classic.kill(index)
+    started = time.monotonic()
+    assert high_watermarks(front.bootstrap, topic, PARTITIONS) == expected
+    print(f"offsets after killing broker {victim}, the leader of partition 0: {time.monotonic() - started:.1f} s")
+
+
 def test_three_corral_nodes_in_front_of_kafka(corral_factory, apache_kafka_classic):
     from cluster import Cluster
 

@@ -1,4 +1,7 @@
 //! ListOffsets against the upstream: one request per leading broker, on leased connections.
+//! Partitions whose leader moved or went away (or whose new leader does not know its high
+//! watermark yet) are asked again once the view is refreshed, within the upstream's request
+//! timeout, as a Kafka consumer retries its ListOffsets.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -8,11 +11,12 @@ use futures_util::future::join_all;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
-use super::{note, split, upstream_error, FoundOffset, OffsetQuery, Results, StoreError};
+use super::{means_stale, note, split, upstream_error, FoundOffset, OffsetQuery, Results, StoreError};
 use crate::store::OffsetSpec;
 use crate::upstream::pool::Pool;
-use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamError, UpstreamView};
 
 /// ListOffsets v1 (one offset per partition) to v9.
 const VERSIONS: (i16, i16) = (1, 9);
@@ -52,16 +56,63 @@ pub(super) async fn list_offsets(pool: Rc<Pool>, queries: Vec<OffsetQuery>) -> R
 
 async fn ask(pool: &Rc<Pool>, queries: &[OffsetQuery], timestamp: impl Fn(&OffsetQuery) -> i64) -> Results<FoundOffset> {
     let mut results: Vec<Option<Result<FoundOffset, StoreError>>> = (0..queries.len()).map(|_| None).collect();
-    let view = match pool.upstream.view_or_error() {
+    let mut view = match pool.upstream.view_or_error() {
         Ok(view) => view,
         Err(e) => return queries.iter().map(|_| Err(e.clone().into())).collect(),
     };
+    let deadline = Instant::now() + Duration::from_millis(pool.upstream.config.request_timeout_ms);
+    let mut positions: Vec<usize> = (0..queries.len()).collect();
+    loop {
+        ask_once(pool, &view, queries, &positions, &timestamp, &mut results).await;
+        positions.retain(|&i| matches!(&results[i], Some(Err(e)) if worth_asking_again(e)));
+        let left = deadline.saturating_duration_since(Instant::now());
+        if positions.is_empty() || left.is_zero() {
+            break;
+        }
+        match pool.upstream.refreshed(view.generation, left).await {
+            Some(fresh) if fresh.generation > view.generation => {
+                crate::metrics::upstream_retried(ApiKey::ListOffsets);
+                view = fresh;
+            }
+            // No newer view in time: the last error stands.
+            _ => break,
+        }
+    }
+    results.into_iter().map(|r| r.unwrap_or(Err(StoreError::Failed("no answer from the upstream")))).collect()
+}
+
+/// An error that asking again a moment later answers, as a Kafka consumer's ListOffsets retries:
+/// the partition's leader moved, has none yet, cannot be reached, or is new and does not know its
+/// high watermark yet (OFFSET_NOT_AVAILABLE). A topic that does not exist is answered at once.
+fn worth_asking_again(error: &StoreError) -> bool {
+    match error {
+        StoreError::Upstream { code, .. } if *code == ResponseError::OffsetNotAvailable.code() => true,
+        StoreError::Upstream { code, .. } => means_stale(*code) && *code != ResponseError::UnknownTopicOrPartition.code(),
+        StoreError::UpstreamUnavailable(UpstreamError::Timeout(_)) => false,
+        StoreError::UpstreamUnavailable(_) => true,
+        _ => false,
+    }
+}
+
+/// Asks the leaders of the queries at `positions`, as `view` places them, and puts their answers
+/// into `results`.
+async fn ask_once(
+    pool: &Rc<Pool>,
+    view: &UpstreamView,
+    queries: &[OffsetQuery],
+    positions: &[usize],
+    timestamp: &impl Fn(&OffsetQuery) -> i64,
+    results: &mut [Option<Result<FoundOffset, StoreError>>],
+) {
     // Asking for what corral cannot map (tiered offsets on an old upstream) fails per partition.
     let version = match view.version(ApiKey::ListOffsets, VERSIONS) {
         Ok(v) => v,
-        Err(e) => return queries.iter().map(|_| Err(e.clone().into())).collect(),
+        Err(e) => {
+            positions.iter().for_each(|&i| results[i] = Some(Err(e.clone().into())));
+            return;
+        }
     };
-    let placed = split(pool, &view, queries.iter().enumerate().map(|(i, q)| (i, &q.partition)));
+    let placed = split(pool, view, positions.iter().map(|&i| (i, &queries[i].partition)));
     for (i, e) in placed.unplaced {
         note(&pool.upstream, &e);
         results[i] = Some(Err(e));
@@ -140,5 +191,4 @@ async fn ask(pool: &Rc<Pool>, queries: &[OffsetQuery], timestamp: impl Fn(&Offse
             }
         }
     }
-    results.into_iter().map(|r| r.unwrap_or(Err(StoreError::Failed("no answer from the upstream")))).collect()
 }

@@ -7,9 +7,10 @@
 //! the upstream's responses (KIP-951) are not passed on: corral names its own nodes in Metadata.
 //!
 //! An upstream answer that says the view is stale (a leader moved, a topic is new or gone, a
-//! broker is unreachable) marks it so; Produce then waits for the refresh and sends again, within
-//! its timeout, as a Kafka producer would; Fetch and ListOffsets give the client a retriable error
-//! at once, which it retries after its next Metadata.
+//! broker is unreachable) marks it so; Produce and ListOffsets then wait for the refresh and ask
+//! again, within their timeout, as a Kafka producer and consumer would; Fetch gives the client a
+//! retriable error at once, which it retries after its next Metadata (a fetch's own wait is the
+//! client's `max_wait_ms`).
 
 mod append;
 mod fetch;
