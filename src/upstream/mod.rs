@@ -50,6 +50,14 @@ pub enum UpstreamError {
     Unsupported(ApiKey),
 }
 
+impl UpstreamError {
+    /// Whether sending again on a refreshed view may succeed: not once the request's own time ran
+    /// out, nor when the upstream serves the API in no version corral speaks.
+    pub fn may_pass_when_sent_again(&self) -> bool {
+        !matches!(self, UpstreamError::Timeout(_) | UpstreamError::Unsupported(_))
+    }
+}
+
 /// One partition as the upstream's metadata describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamPartition {

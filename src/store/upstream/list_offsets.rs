@@ -88,8 +88,7 @@ fn worth_asking_again(error: &StoreError) -> bool {
     match error {
         StoreError::Upstream { code, .. } if *code == ResponseError::OffsetNotAvailable.code() => true,
         StoreError::Upstream { code, .. } => means_stale(*code) && *code != ResponseError::UnknownTopicOrPartition.code(),
-        StoreError::UpstreamUnavailable(UpstreamError::Timeout(_)) => false,
-        StoreError::UpstreamUnavailable(_) => true,
+        StoreError::UpstreamUnavailable(e) => e.may_pass_when_sent_again(),
         _ => false,
     }
 }
@@ -189,6 +188,32 @@ async fn ask_once(
                     results[i] = Some(result);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asked_again_only_where_a_moment_later_can_answer() {
+        let code = |e: ResponseError| StoreError::Upstream { code: e.code(), message: None };
+        for again in [
+            code(ResponseError::NotLeaderOrFollower),
+            code(ResponseError::LeaderNotAvailable),
+            code(ResponseError::OffsetNotAvailable),
+            StoreError::UpstreamUnavailable(UpstreamError::Disconnected("b1".into())),
+        ] {
+            assert!(worth_asking_again(&again), "{again:?}");
+        }
+        for answered in [
+            code(ResponseError::UnknownTopicOrPartition),
+            code(ResponseError::OffsetOutOfRange),
+            StoreError::UpstreamUnavailable(UpstreamError::Timeout(30_000)),
+            StoreError::UpstreamUnavailable(UpstreamError::Unsupported(ApiKey::ListOffsets)),
+        ] {
+            assert!(!worth_asking_again(&answered), "{answered:?}");
         }
     }
 }

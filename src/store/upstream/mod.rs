@@ -27,7 +27,7 @@ use super::local::LocalStore;
 use super::placement::{self, Location};
 use super::{AppendPlan, Appended, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionRef, PartitionStore, Results, StoreError};
 use crate::upstream::pool::Pool;
-use crate::upstream::{Upstream, UpstreamError, UpstreamView};
+use crate::upstream::{Upstream, UpstreamView};
 
 #[derive(Debug)]
 pub struct UpstreamStore {
@@ -158,8 +158,8 @@ fn note(upstream: &Upstream, error: &StoreError) {
 fn worth_retrying(error: &StoreError) -> bool {
     match error {
         StoreError::Upstream { code, .. } => means_stale(*code),
-        StoreError::UpstreamUnavailable(UpstreamError::Timeout(_)) => false,
-        StoreError::UpstreamUnavailable(_) | StoreError::UnknownPartition => true,
+        StoreError::UpstreamUnavailable(e) => e.may_pass_when_sent_again(),
+        StoreError::UnknownPartition => true,
         _ => false,
     }
 }
