@@ -10,7 +10,8 @@
 # the pinned Python packages of tests/e2e/requirements.txt, installs KafkaJS from
 # tests/e2e/js/package-lock.json, resolves Apache Kafka 4.4 from Maven Central (tests/kafka/pom.xml,
 # into .cache/) and builds the Java client program of tests/e2e/java, builds the Sarama client of
-# tests/e2e/sarama against Debian's golang-github-shopify-sarama-dev, then checks `cargo fmt
+# tests/e2e/sarama against Debian's golang-github-shopify-sarama-dev and the franz-go client of
+# tests/e2e/franz from the Go module proxy, then checks `cargo fmt
 # --check` and `cargo clippy --all-targets -- -D warnings`, runs `cargo build --bins`, `cargo
 # test` and the end-to-end suite (pytest tests/e2e). Anything that cannot be installed fails the
 # run: nothing is skipped.
@@ -131,6 +132,24 @@ if [ ! -x "$SARAMA_TARGET/sarama-client" ] || [ "$(cat "$SARAMA_TARGET/.complete
     printf '%s\n' "$SARAMA_WANT" >"$SARAMA_TARGET/.complete"
 fi
 printf 'sarama: %s | test client: tests/e2e/sarama/target/sarama-client\n' "$(dpkg-query -W -f '${Version}' golang-github-shopify-sarama-dev)" >&2
+
+# --- franz-go -----------------------------------------------------------------------------------
+
+# tests/e2e/test_franz_go.py: franz-go (kgo, kadm), a Go client with its own cooperative and
+# KIP-848 group code. tests/e2e/franz is a Go module pinned by its go.sum; `go build` fetches the
+# modules from the Go module proxy into the module cache, again only when the sources change.
+phase "franz-go and its test client (go build)"
+FRANZ_TARGET="$ROOT/tests/e2e/franz/target"
+FRANZ_WANT="$(inputs_sha tests/e2e/franz/main.go tests/e2e/franz/go.mod tests/e2e/franz/go.sum)"
+if [ ! -x "$FRANZ_TARGET/franz-client" ] || [ "$(cat "$FRANZ_TARGET/.complete" 2>/dev/null)" != "$FRANZ_WANT" ]; then
+    printf 'building tests/e2e/franz (go build, module mode)\n' >&2
+    rm -rf "$FRANZ_TARGET"
+    (cd tests/e2e/franz && GOFLAGS="-buildvcs=false -mod=readonly" go build -o "$FRANZ_TARGET/franz-client" .) \
+        || die "cannot build tests/e2e/franz (franz-go from the Go module proxy)"
+    printf '%s\n' "$FRANZ_WANT" >"$FRANZ_TARGET/.complete"
+fi
+printf 'franz-go: %s | test client: tests/e2e/franz/target/franz-client\n' \
+    "$(cd tests/e2e/franz && go list -m -f '{{.Version}}' github.com/twmb/franz-go)" >&2
 
 # --- build and tests ----------------------------------------------------------------------------
 

@@ -472,3 +472,23 @@ if __name__ == "__main__":
         t = time.monotonic()
         cluster.stop()
         print(f"stopped in {time.monotonic() - t:.1f}s", flush=True)
+
+
+# Where a client's end-to-end test runs: corral, the Kafka reference cluster, corral in front of
+# the classic-only Kafka cluster (whose groups, KIP-848 ones too, corral runs), or a sidecar in
+# front of that Kafka whose groups that corral runs.
+TARGETS = ["corral", "kafka", "corral-upstream", "sidecar"]
+
+
+def target_bootstrap(kind: str, corral_factory, kafka, kafka_classic) -> str:
+    """The bootstrap of the target `kind` (one of TARGETS), the corral nodes started with
+    `corral_factory` and CORRAL_GROUP_CONFIG; `kafka` and `kafka_classic` are the session's
+    clusters (the apache_kafka and apache_kafka_classic fixtures)."""
+    if kind == "corral":
+        return corral_factory(config=CORRAL_GROUP_CONFIG).bootstrap
+    if kind in ("corral-upstream", "sidecar"):
+        front = corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(kafka_classic.bootstrap))
+        if kind == "sidecar":
+            return corral_factory(config=sidecar_config(kafka_classic.bootstrap, front.bootstrap), name="sidecar").bootstrap
+        return front.bootstrap
+    return kafka.bootstrap

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
 import clients
-from apache_kafka import CORRAL_GROUP_CONFIG, corral_upstream_config, sidecar_config
+from client_process import EventProcess, Started
+from apache_kafka import CORRAL_GROUP_CONFIG, TARGETS, target_bootstrap
 from groups import unique, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -85,19 +85,9 @@ def group_detail(server, group: str) -> dict | None:
 # --- a. and b.: produce, consume in a group, commit; corral and Kafka -----------------------------
 
 
-@pytest.fixture(params=["corral", "kafka", "corral-upstream", "sidecar"])
+@pytest.fixture(params=TARGETS)
 def target(request, corral_factory, apache_kafka, apache_kafka_classic):
-    """The bootstrap of corral, of the Kafka reference cluster (which conftest keeps whole), of
-    corral in front of the classic-only Kafka cluster (whose groups, KIP-848 ones too, corral
-    runs), or of a sidecar in front of that Kafka whose groups that corral runs."""
-    if request.param == "corral":
-        return corral_factory(config=CORRAL_GROUP_CONFIG).bootstrap
-    if request.param in ("corral-upstream", "sidecar"):
-        front = corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
-        if request.param == "sidecar":
-            return corral_factory(config=sidecar_config(apache_kafka_classic.bootstrap, front.bootstrap), name="sidecar").bootstrap
-        return front.bootstrap
-    return apache_kafka.bootstrap
+    return target_bootstrap(request.param, corral_factory, apache_kafka, apache_kafka_classic)
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -129,60 +119,18 @@ def test_produce_idempotent_consume_in_a_group_and_commit(java_classpath, target
 # --- c.: removeMembersFromConsumerGroup of a live static member -----------------------------------
 
 
-class JavaMember:
+class JavaMember(EventProcess):
     """A `JavaClient member` process and the events it printed (one JSON object per line)."""
 
     def __init__(self, classpath: str, log_dir: Path, name: str, *args: str):
-        self.name = name
-        self.stderr_path = log_dir / f"java-member-{name}.stderr.log"
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([*JVM, "-cp", classpath, MAIN, "member", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
-        self.events: list[dict] = []
-        self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            event = json.loads(line)
-            with self.lock:
-                self.events.append(event)
-
-    def of(self, kind: str) -> list[dict]:
-        with self.lock:
-            return [e for e in self.events if e["event"] == kind]
-
-    def describe(self) -> str:
-        with self.lock:
-            events = list(self.events)
-        return f"member {self.name} (running: {self.proc.poll() is None}) events {events[-10:]}; stderr: {self.stderr_path.read_text(errors='replace')[-3000:]}"
-
-    def close(self) -> None:
-        """Closes stdin: the member closes its consumer and exits 0."""
-        self.proc.stdin.close()
-        rc = self.proc.wait(60)
-        self.reader.join(10)
-        assert rc == 0 and self.of("closed"), self.describe()
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._stderr.close()
+        super().__init__(name, [*JVM, "-cp", classpath, MAIN, "member", *args], log_dir / f"java-member-{name}.stderr.log")
 
 
 @pytest.fixture
-def java_members(request):
-    started: list[JavaMember] = []
-
-    def start(*args, **kwargs) -> JavaMember:
-        m = JavaMember(*args, **kwargs)
-        started.append(m)
-        return m
-
-    yield start
-    for m in started:
-        m.cleanup()
+def java_members():
+    started = Started(JavaMember)
+    yield started
+    started.cleanup()
 
 
 def admin_view(d: dict) -> dict:
