@@ -27,6 +27,7 @@ mod create_partitions;
 mod create_topics;
 mod delete_groups;
 mod delete_topics;
+mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
@@ -128,6 +129,7 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     create_partitions::ENTRY,
     delete_groups::ENTRY,
     offset_delete::ENTRY,
+    describe_acls::ENTRY,
     describe_cluster::ENTRY,
     consumer_group_heartbeat::ENTRY,
     consumer_group_describe::ENTRY,

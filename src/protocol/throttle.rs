@@ -47,6 +47,7 @@ pub fn leads_body(api: ApiKey, version: i16) -> bool {
         DeleteGroups => DeleteGroupsResponse,
         CreatePartitions => CreatePartitionsResponse,
         DescribeCluster => DescribeClusterResponse,
+        DescribeAcls => DescribeAclsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
         ConsumerGroupDescribe => ConsumerGroupDescribeResponse,
     )

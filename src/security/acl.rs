@@ -123,6 +123,115 @@ impl Authorizer {
     }
 }
 
+/// How an ACL binding names its resources (Kafka's `PatternType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatternType {
+    /// The name itself; `*` is every resource of the type.
+    Literal = 3,
+    /// Every resource whose name starts with the name.
+    Prefixed = 4,
+}
+
+/// `PatternType` codes a filter may hold besides the patterns' own.
+const PATTERN_ANY: i8 = 1;
+const PATTERN_MATCH: i8 = 2;
+/// `ResourceType`, `AclOperation` and `AclPermissionType` code of "any" in a filter.
+const ANY: i8 = 1;
+/// `AclPermissionType.ALLOW`: the only kind of rule `[authorization]` has.
+pub const ALLOW: i8 = 3;
+/// The name Kafka gives the cluster resource.
+const CLUSTER_NAME: &str = "kafka-cluster";
+const WILDCARD: &str = "*";
+
+impl ResourceType {
+    /// Kafka's `ResourceType` code.
+    pub fn code(self) -> i8 {
+        match self {
+            ResourceType::Topic => 2,
+            ResourceType::Group => 3,
+            ResourceType::Cluster => 4,
+        }
+    }
+}
+
+/// One rule's grant of one operation, as Kafka's ACL binding: an ALLOW from any host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding<'a> {
+    pub resource_type: ResourceType,
+    pub name: &'a str,
+    pub pattern: PatternType,
+    pub principal: &'a str,
+    pub operation: Operation,
+}
+
+/// A DescribeAcls filter: each field is a code or a name to match, or "any".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingFilter<'a> {
+    pub resource_type: i8,
+    pub name: Option<&'a str>,
+    pub pattern_type: i8,
+    pub principal: Option<&'a str>,
+    pub host: Option<&'a str>,
+    pub operation: i8,
+    pub permission: i8,
+}
+
+impl BindingFilter<'_> {
+    /// A filter holding a code Kafka does not know (or UNKNOWN, 0) is invalid, as in Kafka.
+    pub fn is_valid(&self) -> bool {
+        (1..=7).contains(&self.resource_type)
+            && (1..=4).contains(&self.pattern_type)
+            && (1..=14).contains(&self.operation)
+            && (1..=3).contains(&self.permission)
+    }
+
+    /// Kafka's `AclBindingFilter.matches`. MATCH with a name: the literal name, the literal
+    /// wildcard, and every prefix of the name; ANY or a pattern type with a name: that exact name.
+    pub fn matches(&self, b: &Binding<'_>) -> bool {
+        let pattern_matches = match self.pattern_type {
+            PATTERN_ANY | PATTERN_MATCH => true,
+            code => code == b.pattern as i8,
+        };
+        let name_matches = match self.name {
+            None => true,
+            Some(name) if self.pattern_type != PATTERN_MATCH => name == b.name,
+            Some(name) => match b.pattern {
+                PatternType::Literal => name == b.name || b.name == WILDCARD,
+                PatternType::Prefixed => name.starts_with(b.name),
+            },
+        };
+        (self.resource_type == ANY || self.resource_type == b.resource_type.code())
+            && pattern_matches
+            && name_matches
+            && self.principal.is_none_or(|p| p == b.principal)
+            && self.host.is_none_or(|h| h == WILDCARD)
+            && (self.operation == ANY || self.operation == b.operation as i8)
+            && (self.permission == ANY || self.permission == ALLOW)
+    }
+}
+
+impl Authorizer {
+    /// The rules as Kafka's ACL bindings, one per rule and operation: a prefix as a PREFIXED
+    /// pattern, the empty prefix as the LITERAL wildcard, the cluster as `kafka-cluster`. Super
+    /// users are no binding, as in Kafka (`super.users` is not an ACL).
+    pub fn bindings(&self) -> impl Iterator<Item = Binding<'_>> {
+        self.config.rules.iter().flat_map(|rule| {
+            let (name, pattern) = match rule.resource {
+                ResourceType::Cluster => (CLUSTER_NAME, PatternType::Literal),
+                _ if rule.prefix.is_empty() => (WILDCARD, PatternType::Literal),
+                _ => (rule.prefix.as_str(), PatternType::Prefixed),
+            };
+            rule.operations.iter().map(move |&operation| Binding {
+                resource_type: rule.resource,
+                name,
+                pattern,
+                principal: &rule.principal,
+                operation,
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +289,50 @@ mod tests {
         assert_eq!(a.operations(&Principal::user("alice"), Resource::Group("x")), 0);
         let open = Authorizer::default();
         assert_eq!(open.operations(&Principal::anonymous(), Resource::Group("g")), (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11));
+    }
+
+    fn filter(resource_type: i8, name: Option<&str>, pattern_type: i8) -> BindingFilter<'_> {
+        BindingFilter { resource_type, name, pattern_type, principal: None, host: None, operation: ANY, permission: ANY }
+    }
+
+    fn described(a: &Authorizer, f: &BindingFilter<'_>) -> Vec<String> {
+        a.bindings()
+            .filter(|b| f.matches(b))
+            .map(|b| format!("{:?} {} {:?} {} {:?}", b.resource_type, b.name, b.pattern, b.principal, b.operation))
+            .collect()
+    }
+
+    #[test]
+    fn rules_as_acl_bindings_and_filters() {
+        let a = authorizer(RULES);
+        assert_eq!(a.bindings().count(), 7, "one binding per rule and operation");
+        // MATCH with a name: the prefixes of the name and the wildcard; not other prefixes.
+        // (with any resource type, the wildcard of every type).
+        assert_eq!(
+            described(&a, &filter(ANY, Some("payments.in"), PATTERN_MATCH)),
+            ["Topic payments. Prefixed User:alice Read", "Topic payments. Prefixed User:alice Write", "Group * Literal User:ops Describe"]
+        );
+        assert_eq!(described(&a, &filter(3, Some("anything"), PATTERN_MATCH)), ["Group * Literal User:ops Describe"]);
+        // A pattern type with a name: that exact name only.
+        assert_eq!(described(&a, &filter(2, Some("payments.in"), PatternType::Prefixed as i8)), Vec::<String>::new());
+        assert_eq!(described(&a, &filter(2, Some("payments."), PatternType::Prefixed as i8)).len(), 2);
+        assert_eq!(
+            described(&a, &filter(ANY, None, PatternType::Literal as i8)).len(),
+            3,
+            "the wildcard group and the two cluster operations"
+        );
+        assert_eq!(
+            described(&a, &filter(4, Some("kafka-cluster"), PATTERN_ANY)),
+            ["Cluster kafka-cluster Literal User:ops Describe", "Cluster kafka-cluster Literal User:ops AlterConfigs"]
+        );
+        // Principal, host, operation and permission.
+        let ops = BindingFilter { principal: Some("User:ops"), operation: Operation::AlterConfigs as i8, ..filter(ANY, None, PATTERN_ANY) };
+        assert_eq!(described(&a, &ops), ["Cluster kafka-cluster Literal User:ops AlterConfigs"]);
+        assert!(a.bindings().all(|b| !BindingFilter { host: Some("10.0.0.1"), ..filter(ANY, None, PATTERN_ANY) }.matches(&b)));
+        assert!(a.bindings().all(|b| !BindingFilter { permission: 2, ..filter(ANY, None, PATTERN_ANY) }.matches(&b)), "no DENY rules");
+        assert!(
+            !filter(0, None, PATTERN_ANY).is_valid() && !filter(ANY, None, 0).is_valid() && filter(ANY, None, PATTERN_MATCH).is_valid()
+        );
     }
 
     #[test]

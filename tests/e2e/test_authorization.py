@@ -1,4 +1,5 @@
-"""Authorization rules ([authorization]) with confluent-kafka and kafka-python.
+"""Authorization rules ([authorization]) with confluent-kafka and kafka-python, and the rules as
+ACL bindings (DescribeAcls) through confluent-kafka and Kafka's kafka-acls tool.
 
 Users authenticate with SCRAM on a SASL_PLAINTEXT listener: `alice` may read and write the
 `payments.` topics and use the `payments-` groups, `ops` may describe every group (so it may
@@ -9,14 +10,18 @@ Kafka's error, and the listing APIs show only what the principal may describe.
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType
 
 from security import SaslNode
+from test_java_client import JVM, RUN_TIMEOUT_S, java_classpath  # noqa: F401 (a fixture)
+
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "ops": "ops-secret", "admin": "admin-secret"}
 RULES = """
@@ -187,3 +192,80 @@ def test_kafka_python_reports_the_denials(node):
         consumer.poll(timeout_ms=10000)
         consumer.poll(timeout_ms=10000)
     consumer.close()
+
+
+# --- DescribeAcls: the rules as Kafka's ACL bindings ------------------------------------------------
+
+
+def any_filter(**fields) -> AclBindingFilter:
+    args = {
+        "restype": ResourceType.ANY, "name": None, "resource_pattern_type": ResourcePatternType.ANY, "principal": None,
+        "host": None, "operation": AclOperation.ANY, "permission_type": AclPermissionType.ANY,
+    } | fields  # fmt: skip
+    return AclBindingFilter(**args)
+
+
+def bindings(admin: AdminClient, f: AclBindingFilter) -> list[tuple]:
+    found = admin.describe_acls(f, request_timeout=15).result(timeout=20)
+    return sorted((b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host, b.operation.name, b.permission_type.name) for b in found)
+
+
+def test_describe_acls_lists_the_rules(node):
+    admin = AdminClient(as_user(node, "admin"))
+    everything = bindings(admin, any_filter())
+    assert everything == sorted([
+        ("TOPIC", "payments.", "PREFIXED", "User:alice", "*", "READ", "ALLOW"),
+        ("TOPIC", "payments.", "PREFIXED", "User:alice", "*", "WRITE", "ALLOW"),
+        ("GROUP", "payments-", "PREFIXED", "User:alice", "*", "READ", "ALLOW"),
+        ("GROUP", "*", "LITERAL", "User:ops", "*", "DESCRIBE", "ALLOW"),
+        ("TOPIC", "*", "LITERAL", "User:ops", "*", "DESCRIBE", "ALLOW"),
+    ]), everything  # fmt: skip
+    # What applies to one topic (MATCH): its prefixes and the wildcard.
+    matching = bindings(admin, any_filter(restype=ResourceType.TOPIC, name="payments.eu", resource_pattern_type=ResourcePatternType.MATCH))
+    assert [(b[1], b[3], b[5]) for b in matching] == [("*", "User:ops", "DESCRIBE"), ("payments.", "User:alice", "READ"), ("payments.", "User:alice", "WRITE")], matching
+    # One principal's; one operation's; no DENY rules.
+    assert {b[3] for b in bindings(admin, any_filter(principal="User:ops"))} == {"User:ops"}
+    assert bindings(admin, any_filter(operation=AclOperation.WRITE)) == [("TOPIC", "payments.", "PREFIXED", "User:alice", "*", "WRITE", "ALLOW")]
+    assert bindings(admin, any_filter(permission_type=AclPermissionType.DENY)) == []
+    # bob may not describe the cluster: librdkafka drops DescribeAcls' error code (the Java
+    # client's exceptions are asserted below), so he sees an empty listing.
+    assert bindings(AdminClient(as_user(node, "bob")), any_filter()) == []
+
+
+def acl_command(classpath: str, directory, bootstrap: str, user: str | None, *args: str) -> subprocess.CompletedProcess:
+    """Kafka's own kafka-acls (org.apache.kafka.tools.AclCommand), as `user` over SCRAM (None:
+    PLAINTEXT, no login)."""
+    command = [*JVM, "-cp", classpath, ACL_COMMAND, "--bootstrap-server", bootstrap]
+    if user is not None:
+        props = directory / f"{user}.properties"
+        props.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+            f'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{USERS[user]}";\n'
+        )
+        command += ["--command-config", str(props)]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def test_kafka_acls_tool_lists_the_rules_and_cannot_add(node, java_classpath, tmp_path):
+    listed = acl_command(java_classpath, tmp_path, node.sasl_bootstrap, "admin", "--list", "--topic", "payments.eu", "--resource-pattern-type", "match")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    text = listed.stdout
+    assert "ResourcePattern(resourceType=TOPIC, name=payments., patternType=PREFIXED)" in text, text
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in text, text
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in text, text
+    assert "ResourcePattern(resourceType=TOPIC, name=*, patternType=LITERAL)" in text, text
+    assert "(principal=User:ops, host=*, operation=DESCRIBE, permissionType=ALLOW)" in text, text
+    assert "resourceType=GROUP" not in text, text
+    # Describing ACLs needs DESCRIBE on the cluster, as in Kafka.
+    denied = acl_command(java_classpath, tmp_path, node.sasl_bootstrap, "bob", "--list")
+    assert "ClusterAuthorizationException: Cluster authorization failed." in denied.stdout + denied.stderr, denied
+    # The rules come from config: adding one is refused as unsupported, and nothing changes.
+    added = acl_command(java_classpath, tmp_path, node.sasl_bootstrap, "admin", "--add", "--allow-principal", "User:bob", "--operation", "Read", "--topic", "orders")
+    assert "UnsupportedVersionException" in added.stdout + added.stderr, added
+    assert not any(b[3] == "User:bob" for b in bindings(AdminClient(as_user(node, "admin")), any_filter()))
+
+
+def test_kafka_acls_tool_without_rules_is_security_disabled(corral_factory, java_classpath, tmp_path):
+    server = corral_factory()
+    listed = acl_command(java_classpath, tmp_path, server.bootstrap, None, "--list")
+    assert "SecurityDisabledException: No Authorizer is configured." in listed.stdout + listed.stderr, listed

@@ -1,0 +1,64 @@
+//! DescribeAcls (key 29): the `[authorization]` rules as Kafka's ACL bindings, for `kafka-acls
+//! --list` and the admin clients' describeAcls. The rules come from config only: CreateAcls and
+//! DeleteAcls are not served, so clients report them as unsupported rather than as done.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
+use kafka_protocol::messages::{ApiKey, DescribeAclsRequest, DescribeAclsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::protocol::RequestContext;
+use crate::security::acl::{BindingFilter, Operation, Resource, ALLOW};
+
+/// v0 was removed by Kafka 4 (KIP-896).
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeAcls, DescribeAclsRequest, 1, 3);
+
+async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
+    let request: DescribeAclsRequest = ctx.decode(body)?;
+    let node = services.node();
+    let filter = BindingFilter {
+        resource_type: request.resource_type_filter,
+        name: request.resource_name_filter.as_deref(),
+        pattern_type: request.pattern_type_filter,
+        principal: request.principal_filter.as_deref(),
+        host: request.host_filter.as_deref(),
+        operation: request.operation,
+        permission: request.permission_type,
+    };
+    let failed = |error: ResponseError, message: &'static str| {
+        DescribeAclsResponse::default().with_error_code(error.code()).with_error_message(Some(StrBytes::from_static_str(message)))
+    };
+    let response = if node.authorizer.is_open() {
+        failed(ResponseError::SecurityDisabled, "No Authorizer is configured.")
+    } else if !node.allows(&ctx, Operation::Describe, Resource::Cluster) {
+        failed(ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.")
+    } else if !filter.is_valid() {
+        failed(ResponseError::InvalidRequest, "The filter holds an UNKNOWN resource type, pattern type, operation or permission.")
+    } else {
+        let mut resources: Vec<DescribeAclsResource> = Vec::new();
+        for binding in node.authorizer.bindings().filter(|b| filter.matches(b)) {
+            let acl = AclDescription::default()
+                .with_principal(StrBytes::from_string(binding.principal.to_string()))
+                .with_host(StrBytes::from_static_str("*"))
+                .with_operation(binding.operation as i8)
+                .with_permission_type(ALLOW);
+            let (kind, pattern) = (binding.resource_type.code(), binding.pattern as i8);
+            match resources.iter_mut().find(|r| r.resource_type == kind && r.pattern_type == pattern && *r.resource_name == *binding.name) {
+                Some(resource) => resource.acls.push(acl),
+                None => resources.push(
+                    DescribeAclsResource::default()
+                        .with_resource_type(kind)
+                        .with_resource_name(StrBytes::from_string(binding.name.to_string()))
+                        .with_pattern_type(pattern)
+                        .with_acls(vec![acl]),
+                ),
+            }
+        }
+        DescribeAclsResponse::default().with_resources(resources)
+    };
+    Ok(Handled::Now(ctx.respond(&response)))
+}
