@@ -279,6 +279,7 @@ impl CoordinatorState {
             let member = group.members.get_mut(&member_id).expect("present");
             member.epoch = STATIC_LEAVE_EPOCH;
             member.pending_revocation.clear();
+            member.settle_assignment_epochs(STATIC_LEAVE_EPOCH);
             member.state = MemberState::Stable;
             member.rebalance_deadline = None;
             let value = member.current();
@@ -426,6 +427,10 @@ impl CoordinatorState {
                 m.state = MemberState::from_code(v.state);
                 m.assigned = v.assigned;
                 m.pending_revocation = v.pending_revocation;
+                // A record without epochs (written before KIP-1251) dates every partition from
+                // the member's epoch, as Kafka does: no commit is let through that was not before.
+                m.assignment_epochs = v.epochs;
+                m.settle_assignment_epochs(v.epoch.max(0));
                 group.set_holdings(&member, &before);
             }
             GroupRecord::CurrentAssignment { .. } => {}
@@ -555,6 +560,7 @@ pub(super) fn apply_member_changes(
         let before = holdings(member);
         member.assigned.clear();
         member.pending_revocation.clear();
+        member.assignment_epochs.clear();
         member.epoch = 0;
         member.previous_epoch = 0;
         member.state = MemberState::Stable;
@@ -751,6 +757,8 @@ fn reconcile(group: &mut ConsumerGroup, member_id: &str, target: &TopicPartition
             member.epoch = target_epoch;
         }
     }
+    // What it was just given dates from the epoch it moves to; what it kept, from before.
+    member.settle_assignment_epochs(target_epoch);
     group.set_holdings(member_id, &before);
 }
 

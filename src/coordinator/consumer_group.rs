@@ -14,7 +14,7 @@ use crate::config::{GroupsConfig, MigrationPolicy};
 use super::assignor::Assignor;
 use super::events::{Departure, GroupEvent, GroupKind};
 use super::outbox::{Outbox, TimerKey};
-use super::records::{ClassicMemberMetadata, ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
+use super::records::{AssignmentEpochs, ClassicMemberMetadata, ConsumerMemberValue, CurrentAssignmentValue, GroupRecord, TopicPartitions};
 
 /// One partition of one topic.
 type Tp = (Uuid, i32);
@@ -96,6 +96,9 @@ pub struct ConsumerMember {
     pub assigned: TopicPartitions,
     /// Partitions it must give up before its epoch can advance.
     pub pending_revocation: TopicPartitions,
+    /// The member epoch at which it was given each partition it holds, assigned or pending
+    /// revocation (KIP-1251): a commit from an older epoch is fenced for that partition.
+    pub assignment_epochs: AssignmentEpochs,
     pub session_deadline: Option<i64>,
     pub rebalance_deadline: Option<i64>,
     /// Set while the member speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat).
@@ -123,6 +126,7 @@ impl ConsumerMember {
             state: MemberState::Stable,
             assigned: TopicPartitions::new(),
             pending_revocation: TopicPartitions::new(),
+            assignment_epochs: AssignmentEpochs::new(),
             session_deadline: None,
             rebalance_deadline: None,
             classic: None,
@@ -166,7 +170,20 @@ impl ConsumerMember {
             state: self.state as i8,
             assigned: self.assigned.clone(),
             pending_revocation: self.pending_revocation.clone(),
+            epochs: self.assignment_epochs.clone(),
         }
+    }
+
+    /// Keeps `assignment_epochs` to the partitions it holds now: a partition it held before
+    /// keeps its epoch, one it was just given gets `epoch`.
+    pub(super) fn settle_assignment_epochs(&mut self, epoch: i32) {
+        let held = flatten(&self.assigned).chain(flatten(&self.pending_revocation));
+        self.assignment_epochs = held.map(|tp| (tp, self.assignment_epochs.get(&tp).copied().unwrap_or(epoch))).collect();
+    }
+
+    /// The epoch at which it was given `tp`, if it holds it (assigned or pending revocation).
+    pub(super) fn assignment_epoch(&self, tp: Tp) -> Option<i32> {
+        self.assignment_epochs.get(&tp).copied()
     }
 }
 

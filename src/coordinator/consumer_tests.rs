@@ -202,6 +202,37 @@ impl Harness {
         }
     }
 
+    /// OffsetCommit of offset 7 for `orders`/`partition` by `member` at `epoch`: its code.
+    pub(super) fn commit(&mut self, member: &str, epoch: i32, version: i16, partition: i32) -> Option<i16> {
+        use super::offsets::{CommitOffset, CommitRequest};
+        let offset =
+            CommitOffset { topic: "orders".into(), partition, offset: 7, leader_epoch: -1, metadata: None, commit_timestamp: None };
+        let request = CommitRequest {
+            group_id: "g".into(),
+            generation: epoch,
+            member_id: member.into(),
+            instance_id: None,
+            version,
+            retention_ms: -1,
+            offsets: vec![offset],
+        };
+        self.state.commit(self.now, request, 1, &self.topics);
+        let mut code = None;
+        for e in self.state.out.drain() {
+            match e {
+                Effect::Reply(_, super::outbox::Response::Commit(c)) => code = Some(c[0]),
+                Effect::Append(id, _) => self.state.appended(self.now, id, None),
+                _ => {}
+            }
+        }
+        code.or_else(|| {
+            self.state.out.drain().into_iter().find_map(|e| match e {
+                Effect::Reply(_, super::outbox::Response::Commit(c)) => Some(c[0]),
+                _ => None,
+            })
+        })
+    }
+
     fn count(&self, member: &str) -> usize {
         self.owned[member].values().map(BTreeSet::len).sum()
     }
@@ -473,54 +504,51 @@ fn state_is_rebuilt_from_records() {
 
 #[test]
 fn offsets_of_consumer_groups_check_the_member_epoch() {
-    use super::offsets::{CommitOffset, CommitRequest};
     let mut h = Harness::new();
     h.topics.add("orders", 1);
     h.join("a", &["orders"]);
-    let commit = |h: &mut Harness, epoch: i32, version: i16, member: &str| {
-        let token = 1;
-        h.state.commit(
-            h.now,
-            CommitRequest {
-                group_id: "g".into(),
-                generation: epoch,
-                member_id: member.into(),
-                instance_id: None,
-                version,
-                retention_ms: -1,
-                offsets: vec![CommitOffset {
-                    topic: "orders".into(),
-                    partition: 0,
-                    offset: 7,
-                    leader_epoch: -1,
-                    metadata: None,
-                    commit_timestamp: None,
-                }],
-            },
-            token,
-        );
-        let mut code = None;
-        for e in h.state.out.drain() {
-            match e {
-                Effect::Reply(_, super::outbox::Response::Commit(c)) => code = Some(c[0]),
-                Effect::Append(id, _) => h.state.appended(h.now, id, None),
-                _ => {}
-            }
-        }
-        code.or_else(|| {
-            h.state.out.drain().into_iter().find_map(|e| match e {
-                Effect::Reply(_, super::outbox::Response::Commit(c)) => Some(c[0]),
-                _ => None,
-            })
-        })
-    };
-    assert_eq!(commit(&mut h, 2, 9, "a"), Some(NONE));
-    assert_eq!(commit(&mut h, 1, 9, "a"), Some(ResponseError::StaleMemberEpoch.code()));
-    assert_eq!(commit(&mut h, 2, 8, "a"), Some(ResponseError::UnsupportedVersion.code()));
-    assert_eq!(commit(&mut h, 2, 9, "zz"), Some(ResponseError::UnknownMemberId.code()));
+    assert_eq!(h.commit("a", 2, 9, 0), Some(NONE));
+    assert_eq!(h.commit("a", 1, 9, 0), Some(ResponseError::StaleMemberEpoch.code()));
+    assert_eq!(h.commit("a", 2, 8, 0), Some(ResponseError::UnsupportedVersion.code()));
+    assert_eq!(h.commit("zz", 2, 9, 0), Some(ResponseError::UnknownMemberId.code()));
     assert_eq!(h.state.fetch_offsets("g", None)[0].1[0].1, 7);
     assert_eq!(h.state.validate_fetch_member("g", Some("a"), 0), Err(ResponseError::StaleMemberEpoch));
     assert_eq!(h.state.validate_fetch_member("g", None, -1), Ok(()));
+}
+
+#[test]
+fn an_older_epoch_commits_the_partitions_held_since_then() {
+    // KIP-1251 (Kafka 4.3): a commit sent just before a heartbeat moved the member's epoch.
+    let mut h = Harness::new();
+    let t = h.topics.add("orders", 4);
+    h.join("a", &["orders"]);
+    h.join("b", &["orders"]);
+    h.beat("a"); // told to revoke two partitions: still at epoch 2
+    let stale = Some(ResponseError::StaleMemberEpoch.code());
+    let a = h.beat("a"); // revoked: epoch 3
+    assert_eq!(a.epoch, 3);
+    let kept: Vec<i32> = h.owned["a"][&t].iter().copied().collect();
+    let given_up: Vec<i32> = (0..4).filter(|p| !kept.contains(p)).collect();
+    // Epoch 2 still commits what a has held since epoch 2, not what it gave up.
+    assert_eq!(h.commit("a", 2, 9, kept[0]), Some(NONE));
+    assert_eq!(h.commit("a", 2, 9, given_up[0]), stale);
+    // An epoch newer than the member's is fenced, as before.
+    assert_eq!(h.commit("a", 4, 9, kept[0]), stale);
+    h.converge();
+    // b was given its partitions at epoch 3: an older epoch may not commit them.
+    assert_eq!(h.commit("b", 3, 9, given_up[0]), Some(NONE));
+    assert_eq!(h.commit("b", 2, 9, given_up[0]), stale);
+    // The epochs survive a rebuild from the records.
+    let mut restored = CoordinatorState::new(GroupConfig::default());
+    for record in h.log.clone() {
+        let decoded = GroupRecord::decode(&record.key(), record.value().as_deref()).unwrap().unwrap();
+        restored.replay(decoded, 0);
+    }
+    for m in ["a", "b"] {
+        let (before, after) = (&h.state.consumer_groups["g"].members[m], &restored.consumer_groups["g"].members[m]);
+        assert_eq!(after.assignment_epochs, before.assignment_epochs, "{m}");
+    }
+    assert_eq!(restored.consumer_groups["g"].members["a"].assignment_epoch((t, kept[0])), Some(2));
 }
 
 #[test]

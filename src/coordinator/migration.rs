@@ -115,6 +115,7 @@ fn consumer_group_from(classic: &ClassicGroup, topics: &dyn TopicView, now: i64)
         member.previous_epoch = generation;
         member.state = MemberState::Stable;
         member.assigned = assigned.clone();
+        member.settle_assignment_epochs(generation);
         member.classic = Some(ClassicMemberMetadata { session_timeout_ms: m.session_timeout_ms, protocols: m.protocols.clone() });
         if let Some(instance) = &m.instance_id {
             group.static_members.insert(instance.clone(), m.id.clone());

@@ -445,7 +445,7 @@ fn classic_members_of_a_consumer_group_are_checked_as_kafka_checks_them() {
             offsets: vec![offset],
         };
         m.next_token += 1;
-        m.h.state.commit(m.h.now, request, m.next_token);
+        m.h.state.commit(m.h.now, request, m.next_token, &m.h.topics);
         m.h.settle();
         match m.reply(m.next_token) {
             Some(Response::Commit(codes)) => codes[0],

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::ResponseError;
 
 use super::classic::{touch_session, validate_member};
+use super::consumer_group::TopicView;
 use super::events::GroupEvent;
 use super::group::{ClassicGroup, GroupState, Token};
 use super::outbox::{Continuation, Response};
@@ -61,12 +62,13 @@ pub type FetchedOffset = (i32, i64, i32, String);
 impl CoordinatorState {
     /// OffsetCommit (§4.1). The answer (one code per offset, in order) arrives as
     /// `Response::Commit` for `token` once the accepted offsets are stored.
-    pub fn commit(&mut self, now: i64, request: CommitRequest, token: Token) {
+    /// `topics` names the topics' ids, by which a KIP-848 member's partitions are kept.
+    pub fn commit(&mut self, now: i64, request: CommitRequest, token: Token, topics: &dyn TopicView) {
         let n = request.offsets.len();
         if request.group_id.len() > super::state::MAX_ID_BYTES {
             return self.out.reply(token, Response::Commit(vec![ResponseError::InvalidGroupId.code(); n]));
         }
-        if let Err(e) = self.validate_commit(now, &request) {
+        if let Err(e) = self.validate_commit(now, &request, topics) {
             return self.out.reply(token, Response::Commit(vec![e.code(); n]));
         }
         let mut codes = Vec::with_capacity(n);
@@ -101,7 +103,7 @@ impl CoordinatorState {
     }
 
     /// The group-level checks of OffsetCommit, in Kafka's order (§4.1 steps 5–6).
-    fn validate_commit(&mut self, now: i64, r: &CommitRequest) -> Result<(), ResponseError> {
+    fn validate_commit(&mut self, now: i64, r: &CommitRequest, topics: &dyn TopicView) -> Result<(), ResponseError> {
         if r.version == 0 {
             return self.validate_commit_v0(now, &r.group_id);
         }
@@ -116,8 +118,20 @@ impl CoordinatorState {
             if r.version < 9 && !classic {
                 return Err(ResponseError::UnsupportedVersion);
             }
-            if r.generation != member.epoch {
-                return Err(if classic { ResponseError::IllegalGeneration } else { ResponseError::StaleMemberEpoch });
+            let fenced = if classic { ResponseError::IllegalGeneration } else { ResponseError::StaleMemberEpoch };
+            if r.generation > member.epoch {
+                return Err(fenced);
+            }
+            // KIP-1251 (Kafka 4.3): an older epoch may still commit the partitions the member
+            // was given at or before it (a commit sent just before a heartbeat moved the epoch);
+            // one partition it does not hold, or got later, fences the whole commit.
+            if r.generation < member.epoch {
+                for o in &r.offsets {
+                    let since = topics.by_name(&o.topic).and_then(|(id, _)| member.assignment_epoch((id, o.partition)));
+                    if since.is_none_or(|epoch| r.generation < epoch) {
+                        return Err(fenced);
+                    }
+                }
             }
             return Ok(());
         }

@@ -63,7 +63,7 @@ pub(super) async fn commit_with_metadata(runner: &Rc<PartitionRunner>, offsets: 
             })
             .collect(),
     };
-    runner.with_state(|s, now| s.commit(now, request, token));
+    runner.with_state(|s, now| s.commit(now, request, token, &super::consumer_tests::Topics::default()));
     match reply.await {
         Ok(Response::Commit(codes)) => codes,
         Ok(other) => panic!("expected a commit reply, got {other:?}"),

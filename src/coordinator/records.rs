@@ -30,6 +30,10 @@ pub struct StoredRecord {
 /// Partitions by topic id, as KIP-848 records and responses carry them.
 pub type TopicPartitions = std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeSet<i32>>;
 
+/// The member epoch at which each partition was assigned to a member (KIP-1251): an offset
+/// commit from an older epoch is fenced for partitions assigned after it.
+pub type AssignmentEpochs = std::collections::BTreeMap<(uuid::Uuid, i32), i32>;
+
 /// A committed offset (spec §4.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetValue {
@@ -101,7 +105,14 @@ pub struct CurrentAssignmentValue {
     pub state: i8,
     pub assigned: TopicPartitions,
     pub pending_revocation: TopicPartitions,
+    /// Of the assigned and pending partitions (the `AssignmentEpochs` tagged field of each
+    /// topic). A topic written without it (by a version of Kafka or corral before KIP-1251) has
+    /// none here.
+    pub epochs: AssignmentEpochs,
 }
+
+/// Tag of `AssignmentEpochs` in a current assignment's `TopicPartitions`.
+const ASSIGNMENT_EPOCHS_TAG: u32 = 0;
 
 /// One record of a coordinator partition's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,7 +268,7 @@ impl GroupRecord {
             }
             GroupRecord::TargetAssignment { partitions: Some(p), .. } => {
                 b.put_i16(0);
-                put_topic_partitions(&mut b, p);
+                put_topic_partitions(&mut b, p, None);
                 b.put_u8(0);
             }
             GroupRecord::CurrentAssignment { value: Some(v), .. } => {
@@ -265,8 +276,8 @@ impl GroupRecord {
                 b.put_i32(v.epoch);
                 b.put_i32(v.previous_epoch);
                 b.put_i8(v.state);
-                put_topic_partitions(&mut b, &v.assigned);
-                put_topic_partitions(&mut b, &v.pending_revocation);
+                put_topic_partitions(&mut b, &v.assigned, Some(&v.epochs));
+                put_topic_partitions(&mut b, &v.pending_revocation, Some(&v.epochs));
                 b.put_u8(0);
             }
             GroupRecord::Offset { value: Some(v), .. } => match v.expire_timestamp {
@@ -357,7 +368,7 @@ impl GroupRecord {
                         partitions: value
                             .map(|mut v| {
                                 get_i16(&mut v)?;
-                                get_topic_partitions(&mut v)
+                                get_topic_partitions(&mut v, None)
                             })
                             .transpose()?,
                     },
@@ -509,17 +520,21 @@ fn decode_classic_member(v: &mut &[u8]) -> Result<ClassicMemberMetadata, RecordE
 
 fn decode_current_assignment(mut v: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
     get_i16(&mut v)?;
+    let mut epochs = AssignmentEpochs::new();
     Ok(CurrentAssignmentValue {
         epoch: get_i32(&mut v)?,
         previous_epoch: get_i32(&mut v)?,
         state: v.try_get_i8().map_err(|_| RecordError("truncated"))?,
-        assigned: get_topic_partitions(&mut v)?,
-        pending_revocation: get_topic_partitions(&mut v)?,
+        assigned: get_topic_partitions(&mut v, Some(&mut epochs))?,
+        pending_revocation: get_topic_partitions(&mut v, Some(&mut epochs))?,
+        epochs,
     })
 }
 
-/// `[]{TopicId uuid, Partitions []int32, tagged fields}`, compact.
-fn put_topic_partitions(b: &mut BytesMut, tp: &TopicPartitions) {
+/// `[]{TopicId uuid, Partitions []int32, tagged fields}`, compact. With `epochs`, a topic whose
+/// every partition has one carries them as the `AssignmentEpochs` tagged field, in the
+/// partitions' order.
+fn put_topic_partitions(b: &mut BytesMut, tp: &TopicPartitions, epochs: Option<&AssignmentEpochs>) {
     put_uvarint(b, tp.len() as u32 + 1);
     for (topic, partitions) in tp {
         b.put_slice(topic.as_bytes());
@@ -527,11 +542,27 @@ fn put_topic_partitions(b: &mut BytesMut, tp: &TopicPartitions) {
         for p in partitions {
             b.put_i32(*p);
         }
-        b.put_u8(0);
+        let topic_epochs: Option<Vec<i32>> = epochs.and_then(|e| partitions.iter().map(|p| e.get(&(*topic, *p)).copied()).collect());
+        match topic_epochs {
+            Some(list) => {
+                let mut field = BytesMut::new();
+                put_uvarint(&mut field, list.len() as u32 + 1);
+                for epoch in list {
+                    field.put_i32(epoch);
+                }
+                b.put_u8(1);
+                put_uvarint(b, ASSIGNMENT_EPOCHS_TAG);
+                put_uvarint(b, field.len() as u32);
+                b.put_slice(&field);
+            }
+            None => b.put_u8(0),
+        }
     }
 }
 
-fn get_topic_partitions(b: &mut &[u8]) -> Result<TopicPartitions, RecordError> {
+/// Reads what [`put_topic_partitions`] writes; with `epochs`, adds the `AssignmentEpochs` of
+/// the topics that carry them (a list of another length than the partitions' is malformed).
+fn get_topic_partitions(b: &mut &[u8], mut epochs: Option<&mut AssignmentEpochs>) -> Result<TopicPartitions, RecordError> {
     let topics = get_uvarint(b)?.saturating_sub(1) as usize;
     if topics > b.len() {
         return Err(RecordError("topic count"));
@@ -547,11 +578,34 @@ fn get_topic_partitions(b: &mut &[u8]) -> Result<TopicPartitions, RecordError> {
         if count > b.len() / 4 {
             return Err(RecordError("partition count"));
         }
-        let set = out.entry(id).or_default();
+        let mut listed = Vec::with_capacity(count);
         for _ in 0..count {
-            set.insert(get_i32(b)?);
+            listed.push(get_i32(b)?);
         }
-        skip_tagged_fields(b)?;
+        let tags = get_uvarint(b)?;
+        for _ in 0..tags {
+            let tag = get_uvarint(b)?;
+            let size = get_uvarint(b)? as usize;
+            if b.len() < size {
+                return Err(RecordError("truncated"));
+            }
+            let (mut field, rest) = b.split_at(size);
+            *b = rest;
+            match epochs.as_deref_mut() {
+                Some(epochs) if tag == ASSIGNMENT_EPOCHS_TAG => {
+                    // Nullable: 0 is null, as if the field were not there.
+                    let n = get_uvarint(&mut field)?;
+                    if n != 0 && n as usize - 1 != listed.len() {
+                        return Err(RecordError("assignment epochs"));
+                    }
+                    for p in listed.iter().take(n.saturating_sub(1) as usize) {
+                        epochs.insert((id, *p), get_i32(&mut field)?);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.entry(id).or_default().extend(listed);
     }
     Ok(out)
 }
@@ -700,6 +754,25 @@ mod tests {
     }
 
     #[test]
+    fn assignment_epochs_are_the_tagged_field_kafka_writes() {
+        let topic = uuid::Uuid::from_u64_pair(1, 2);
+        let value = CurrentAssignmentValue {
+            epoch: 5,
+            previous_epoch: 4,
+            state: 0,
+            assigned: TopicPartitions::from([(topic, [1, 3].into())]),
+            pending_revocation: TopicPartitions::new(),
+            epochs: AssignmentEpochs::from([((topic, 1), 2), ((topic, 3), 5)]),
+        };
+        let record = GroupRecord::CurrentAssignment { group: "g".into(), member: "m".into(), value: Some(value) };
+        // What Kafka 4.4's ConsumerGroupCurrentMemberAssignmentValue serializes for the same value.
+        let kafka = "000000000005000000040002000000000000000100000000000000020300000001000000030100090300000002000000050100";
+        let bytes = record.value().unwrap();
+        assert_eq!(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>(), kafka);
+        assert_eq!(GroupRecord::decode(&record.key(), Some(&bytes)).unwrap(), Some(record));
+    }
+
+    #[test]
     fn classic_member_metadata_is_the_tagged_field_kafka_writes() {
         let value = ConsumerMemberValue {
             instance_id: None,
@@ -771,6 +844,7 @@ mod tests {
                     state: 1,
                     assigned: tp.clone(),
                     pending_revocation: TopicPartitions::new(),
+                    epochs: AssignmentEpochs::new(),
                 }),
             },
             GroupRecord::CurrentAssignment { group: "g".into(), member: "m".into(), value: None },

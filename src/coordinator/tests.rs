@@ -212,7 +212,7 @@ impl Harness {
                 })
                 .collect(),
         };
-        self.state.commit(self.now, request, token);
+        self.state.commit(self.now, request, token, &super::consumer_tests::Topics::default());
         self.settle();
         match self.replies.get(&token) {
             Some(Response::Commit(codes)) => codes.clone(),
@@ -785,6 +785,7 @@ fn offset_metadata_limit_is_per_partition() {
             ],
         },
         token,
+        &super::consumer_tests::Topics::default(),
     );
     h.settle();
     assert_eq!(h.replies[&token], Response::Commit(vec![ResponseError::OffsetMetadataTooLarge.code(), NONE]));
@@ -931,7 +932,7 @@ fn an_extreme_retention_time_saturates() {
         }],
     };
     h.now = 1_000;
-    h.state.commit(h.now, request, token);
+    h.state.commit(h.now, request, token, &super::consumer_tests::Topics::default());
     h.settle();
     assert!(matches!(h.replies.get(&token), Some(Response::Commit(codes)) if codes == &vec![NONE]));
     match &h.log[..] {
@@ -960,7 +961,7 @@ fn an_offset_commit_v1_keeps_its_commit_time() {
             offsets: vec![offset],
         };
         h.log.clear();
-        h.state.commit(h.now, request, token);
+        h.state.commit(h.now, request, token, &super::consumer_tests::Topics::default());
         h.settle();
         assert!(matches!(h.replies.get(&token), Some(Response::Commit(codes)) if codes == &vec![NONE]));
         match &h.log[..] {

@@ -162,7 +162,7 @@ impl GroupRouter for LocalGroups {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |_, runner, token| runner.with_state(|s, now| s.commit(now, request, token)),
+            move |owner, runner, token| runner.with_state(|s, now| s.commit(now, request, token, &owner.node.catalog)),
             |r| match r {
                 Response::Commit(codes) => Some(codes),
                 _ => None,

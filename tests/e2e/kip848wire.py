@@ -1,5 +1,6 @@
 """Raw-protocol requests of the KIP-848 group APIs (ConsumerGroupHeartbeat, ConsumerGroupDescribe),
-of ListGroups v5 and of JoinGroup v7 (the first version whose answer names the protocol type), for
+of OffsetCommit v9 (the first a consumer-protocol member may commit with), of ListGroups v5 and of
+JoinGroup v7 (the first version whose answer names the protocol type), for
 the tests that compare corral's group migration with Apache Kafka's
 (test_kafka_reference_migration.py).
 
@@ -19,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import kafkawire as kw
-from kafkawire import NO_TAGS, Reader, array, compact_array, compact_bytes, compact_string, i8, i16, i32, nbytes, string
+from kafkawire import NO_TAGS, Reader, array, compact_array, compact_bytes, compact_string, i8, i16, i32, i64, nbytes, string
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 LIST_GROUPS = 16
 JOIN_GROUP = 11
+OFFSET_COMMIT = 8
 
 # ConsumerGroupDescribe v1's MemberType (KIP-1099).
 MEMBER_TYPE_CLASSIC = 0
@@ -309,6 +311,41 @@ def parse_join_group_v7(frame: bytes) -> JoinResponseV7:
     r.tags()
     assert r.done(), f"{len(frame) - r.pos} bytes after a JoinGroup v7 body"
     return JoinResponseV7(corr, error, generation, protocol_type, protocol, leader, member_id, members)
+
+
+# --- OffsetCommit v9 --------------------------------------------------------------------------------
+
+
+def offset_commit_v9(corr: int, group: str, member_epoch: int, member_id: str, offsets: dict[tuple[str, int], int]) -> bytes:
+    """OffsetCommit v9: a member's epoch in GenerationIdOrMemberEpoch; topics by name; no leader
+    epoch (-1) and empty metadata."""
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+    topics = [
+        compact_string(t) + compact_array([i32(p) + i64(o) + i32(-1) + compact_string("") + NO_TAGS for p, o in parts]) + NO_TAGS
+        for t, parts in by_topic.items()
+    ]
+    body = compact_string(group) + i32(member_epoch) + compact_string(member_id) + compact_string(None) + compact_array(topics)
+    return flexible_request(OFFSET_COMMIT, 9, corr, body + NO_TAGS)
+
+
+def parse_offset_commit_v9(frame: bytes) -> tuple[int, dict[tuple[str, int], int]]:
+    """The correlation id and each partition's error code."""
+    r = FlexReader(frame)
+    corr = r.header()
+    r.take("i")  # throttle
+    codes = {}
+    for _ in range(max(r.compact_len(), 0)):
+        topic = r.compact_string()
+        for _ in range(max(r.compact_len(), 0)):
+            partition, error = r.take("i"), r.take("h")
+            r.tags()
+            codes[(topic, partition)] = error
+        r.tags()
+    r.tags()
+    assert r.done(), f"{len(frame) - r.pos} bytes after an OffsetCommit v9 body"
+    return corr, codes
 
 
 # --- ConsumerProtocol payloads of a classic member --------------------------------------------------

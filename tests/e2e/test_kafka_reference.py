@@ -323,11 +323,16 @@ def api_ranges(address: str) -> dict[int, tuple[int, int]]:
     return apis
 
 
-def test_both_serve_the_versions_used(sides):
+def assert_both_serve(sides, versions: set[tuple[int, int]]) -> None:
+    """Both servers' ApiVersions list every (api key, version) of `versions`."""
     for side in sides:
         apis = api_ranges(side.first)
-        outside = sorted((k, v, apis.get(k)) for k, v in VERSIONS_USED if not (k in apis and apis[k][0] <= v <= apis[k][1]))
+        outside = sorted((k, v, apis.get(k)) for k, v in versions if not (k in apis and apis[k][0] <= v <= apis[k][1]))
         assert not outside, f"{side.name} does not serve (api, version, its range): {outside}"
+
+
+def test_both_serve_the_versions_used(sides):
+    assert_both_serve(sides, VERSIONS_USED)
 
 
 # --- JoinGroup ------------------------------------------------------------------------------------

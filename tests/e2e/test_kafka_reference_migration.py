@@ -40,7 +40,7 @@ import clients
 import groupwire as gw
 import kip848wire as k8
 import test_kafka_reference as reference
-from test_kafka_reference import UUID, Names, Side, api_ranges, barrier, compare, recv_join, send_join, unique, wait_state
+from test_kafka_reference import UUID, Names, Side, assert_both_serve, barrier, compare, recv_join, send_join, unique, wait_state
 
 # test_kafka_reference's fixture (Kafka, then a new corral); pytest finds it by this name.
 sides = reference.sides
@@ -72,10 +72,7 @@ VERSIONS_USED = {
 
 
 def test_both_serve_the_versions_used(sides):
-    for side in sides:
-        apis = api_ranges(side.first)
-        outside = sorted((k, v, apis.get(k)) for k, v in VERSIONS_USED if not (k in apis and apis[k][0] <= v <= apis[k][1]))
-        assert not outside, f"{side.name} does not serve (api, version, its range): {outside}"
+    assert_both_serve(sides, VERSIONS_USED)
 
 
 # --- helpers ----------------------------------------------------------------------------------------
