@@ -49,6 +49,8 @@ mod sasl_authenticate;
 mod sasl_handshake;
 mod sync_group;
 
+pub(crate) use sasl_authenticate::raw_token as raw_sasl_token;
+
 use std::rc::Rc;
 use std::sync::Arc;
 

@@ -1,19 +1,23 @@
 //! SaslAuthenticate (key 36): one message of the SASL exchange the handshake chose. A failed
 //! exchange is answered with SASL_AUTHENTICATION_FAILED after `sasl.failed_authentication_delay_ms`,
-//! then the connection is closed.
+//! then the connection is closed. After SaslHandshake v0 the same messages come as bare frames
+//! ([`raw_token`]).
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::sasl_handshake::closing;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
-use crate::protocol::RequestContext;
+use crate::node::Node;
+use crate::protocol::{Reply, RequestContext};
 use crate::security::sasl::{Failure, Step};
+use crate::security::session::ConnectionSecurity;
 use crate::security::Principal;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SaslAuthenticate, SaslAuthenticateRequest, 0, 2);
@@ -21,70 +25,110 @@ pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SaslAuthenticate, SaslAuth
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: SaslAuthenticateRequest = ctx.decode(body)?;
     let node = services.node().clone();
-    let (Some(security), Some(sasl)) = (ctx.security.clone().filter(|s| s.listener.protocol.uses_sasl()), node.sasl.clone()) else {
+    let Some(security) = ctx.security.clone().filter(|s| s.listener.protocol.uses_sasl()).filter(|_| node.sasl.is_some()) else {
         let response = SaslAuthenticateResponse::default()
             .with_error_code(ResponseError::IllegalSaslState.code())
             .with_error_message(Some(StrBytes::from_static_str("SaslAuthenticate on a listener without SASL")));
         return Ok(Handled::Now(ctx.respond(&response)));
     };
-    let (mut exchange, reauthenticating) = match security.take_exchange(|mechanism| sasl.start(mechanism)) {
-        Ok(taken) => taken,
-        Err(e) => {
-            let response = SaslAuthenticateResponse::default()
-                .with_error_code(ResponseError::IllegalSaslState.code())
-                .with_error_message(Some(StrBytes::from_string(e)));
-            return Ok(Handled::Now(closing(ctx.respond(&response))));
-        }
-    };
     Ok(Handled::Later(Box::pin(async move {
-        // PLAIN derives a key from the password (PBKDF2): not on the shard's thread.
-        let input = request.auth_bytes;
-        let stepped = tokio::task::spawn_blocking(move || {
-            let step = exchange.step(&input);
-            (exchange, step)
-        })
-        .await;
-        let (exchange, step) = match stepped {
-            Ok(done) => done,
-            Err(e) => return crate::protocol::Reply::Failed(format!("SASL step failed: {e}")),
-        };
-        let mechanism = exchange.mechanism.clone();
-        let outcome = match step {
-            Step::Continue(reply) => {
-                security.continue_exchange(exchange, reauthenticating);
-                return ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into()));
+        match step(&node, &security, request.auth_bytes, ctx.peer).await {
+            Stepped::Continue(reply) => ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into())),
+            Stepped::Authenticated { reply, lifetime_ms } => {
+                ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into()).with_session_lifetime_ms(lifetime_ms))
             }
-            Step::Done { user, reply } => {
-                let principal = Principal::user(user);
-                match reauthenticating {
-                    Some(previous) if previous != principal => {
-                        Err(format!("Cannot change principals during re-authentication from {previous}: {principal}"))
-                    }
-                    _ => Ok((principal, reply)),
-                }
-            }
-            Step::Failed(failure) => Err(failure_message(failure, &mechanism)),
-        };
-        match outcome {
-            Ok((principal, reply)) => {
-                let lifetime = node.config.sasl.connections_max_reauth_ms;
-                tracing::debug!(peer = ?ctx.peer, %principal, %mechanism, "authenticated");
-                crate::metrics::sasl_authentication(&mechanism, true);
-                security.authenticated(principal, (lifetime > 0).then(|| Duration::from_millis(lifetime)));
-                ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into()).with_session_lifetime_ms(lifetime as i64))
-            }
-            Err(message) => {
-                tracing::info!(peer = ?ctx.peer, %mechanism, %message, "SASL authentication failed");
-                crate::metrics::sasl_authentication(&mechanism, false);
-                security.failed();
-                tokio::time::sleep(Duration::from_millis(node.config.sasl.failed_authentication_delay_ms)).await;
+            Stepped::Refused { code, message } => {
                 let response = SaslAuthenticateResponse::default()
-                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                    .with_error_code(code.code())
                     .with_error_message(Some(StrBytes::from_string(message)));
                 closing(ctx.respond(&response))
             }
         }
     })))
+}
+
+/// A token that came as a bare frame after SaslHandshake v0: the answer is a bare frame too (the
+/// size, then the server's token, empty when there is none). A failed exchange closes the
+/// connection without an answer, as Kafka did.
+pub(crate) async fn raw_token(services: Rc<dyn Services>, security: Rc<ConnectionSecurity>, token: Bytes, peer: SocketAddr) -> Reply {
+    let node = services.node().clone();
+    match step(&node, &security, token, Some(peer)).await {
+        Stepped::Continue(reply) | Stepped::Authenticated { reply, .. } => {
+            let mut frame = BytesMut::with_capacity(4 + reply.len());
+            frame.put_u32(reply.len() as u32);
+            frame.put_slice(&reply);
+            Reply::Frame(frame.freeze())
+        }
+        Stepped::Refused { .. } => Reply::Close("SASL authentication failed"),
+    }
+}
+
+/// What one step of the exchange came to.
+enum Stepped {
+    /// The client sends its next message.
+    Continue(Vec<u8>),
+    /// The connection now acts as the user.
+    Authenticated { reply: Vec<u8>, lifetime_ms: i64 },
+    /// The connection is closed after the answer.
+    Refused { code: ResponseError, message: String },
+}
+
+/// One message of the exchange: steps it (off the shard's thread: PLAIN derives a key from the
+/// password), then moves the connection's state on. A failure waits
+/// `sasl.failed_authentication_delay_ms` first.
+async fn step(node: &Node, security: &ConnectionSecurity, input: Bytes, peer: Option<SocketAddr>) -> Stepped {
+    let Some(sasl) = node.sasl.clone() else {
+        return Stepped::Refused { code: ResponseError::IllegalSaslState, message: "SASL is not configured".to_string() };
+    };
+    let (mut exchange, reauthenticating) = match security.take_exchange(|mechanism| sasl.start(mechanism)) {
+        Ok(taken) => taken,
+        Err(message) => return Stepped::Refused { code: ResponseError::IllegalSaslState, message },
+    };
+    let stepped = tokio::task::spawn_blocking(move || {
+        let step = exchange.step(&input);
+        (exchange, step)
+    })
+    .await;
+    let (exchange, step) = match stepped {
+        Ok(done) => done,
+        Err(e) => {
+            security.failed();
+            return Stepped::Refused { code: ResponseError::SaslAuthenticationFailed, message: format!("SASL step failed: {e}") };
+        }
+    };
+    let mechanism = exchange.mechanism.clone();
+    let outcome = match step {
+        Step::Continue(reply) => {
+            security.continue_exchange(exchange, reauthenticating);
+            return Stepped::Continue(reply);
+        }
+        Step::Done { user, reply } => {
+            let principal = Principal::user(user);
+            match reauthenticating {
+                Some(previous) if previous != principal => {
+                    Err(format!("Cannot change principals during re-authentication from {previous}: {principal}"))
+                }
+                _ => Ok((principal, reply)),
+            }
+        }
+        Step::Failed(failure) => Err(failure_message(failure, &mechanism)),
+    };
+    match outcome {
+        Ok((principal, reply)) => {
+            let lifetime = node.config.sasl.connections_max_reauth_ms;
+            tracing::debug!(?peer, %principal, %mechanism, "authenticated");
+            crate::metrics::sasl_authentication(&mechanism, true);
+            security.authenticated(principal, (lifetime > 0).then(|| Duration::from_millis(lifetime)));
+            Stepped::Authenticated { reply, lifetime_ms: lifetime as i64 }
+        }
+        Err(message) => {
+            tracing::info!(?peer, %mechanism, %message, "SASL authentication failed");
+            crate::metrics::sasl_authentication(&mechanism, false);
+            security.failed();
+            tokio::time::sleep(Duration::from_millis(node.config.sasl.failed_authentication_delay_ms)).await;
+            Stepped::Refused { code: ResponseError::SaslAuthenticationFailed, message }
+        }
+    }
 }
 
 /// The messages Kafka's authenticators give, which clients show their users.

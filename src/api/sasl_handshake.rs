@@ -1,5 +1,7 @@
-//! SaslHandshake (key 17): the client names its SASL mechanism. Only v1, where the tokens that
-//! follow travel in SaslAuthenticate requests (v0's raw tokens are not served).
+//! SaslHandshake (key 17): the client names its SASL mechanism. After v1 the tokens travel in
+//! SaslAuthenticate requests; after v0 (removed by Kafka 4, KIP-896, still sent by Sarama before
+//! 1.27 with PLAIN and an old Kafka version, as LinkedIn Burrow 1.2 by default) they come as bare
+//! size-prefixed frames (`sasl_authenticate::raw_token`).
 
 use std::rc::Rc;
 
@@ -11,7 +13,7 @@ use kafka_protocol::ResponseError;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::{Reply, RequestContext};
 
-pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SaslHandshake, SaslHandshakeRequest, 1, 1);
+pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::SaslHandshake, SaslHandshakeRequest, 0, 1);
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
     let request: SaslHandshakeRequest = ctx.decode(body)?;
@@ -28,7 +30,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         return Ok(Handled::Now(closing(ctx.respond(&response))));
     }
     let reauth = node.config.sasl.connections_max_reauth_ms > 0;
-    if security.handshake(&request.mechanism, reauth).is_err() {
+    if security.handshake(&request.mechanism, reauth, ctx.api_version == 0).is_err() {
         let response = response.with_error_code(ResponseError::IllegalSaslState.code());
         return Ok(Handled::Now(closing(ctx.respond(&response))));
     }

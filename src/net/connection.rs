@@ -24,7 +24,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, FramedRead, LengthDelimitedCodec};
 
 use super::sendfile;
 use crate::api::{self, Handled};
@@ -98,7 +98,8 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
     let security = Rc::new(security);
     let connection = shard.next_connection_number();
     let codec = LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(config.max_frame_bytes as usize).new_codec();
-    let mut frames = FramedRead::new(read_half, codec);
+    let decoder = Frames { codec, security: security.clone(), max_frame_bytes: config.max_frame_bytes as usize };
+    let mut frames = FramedRead::new(read_half, decoder);
     let (tx, rx) = mpsc::channel::<Pending>(config.max_inflight_per_connection);
     let writer = tokio::task::spawn_local(write_loop(shard.clone(), write_half, rx, peer));
     let shutdown = shard.node.shutdown.clone();
@@ -160,6 +161,15 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
         let held = shard.node.client_limits.hold_request(frame.len() + 4).await;
         let started = Instant::now();
         active_at = started;
+        if security.expects_raw_token() {
+            // After SaslHandshake v0 a frame is a bare SASL token, not a request.
+            let step = api::raw_sasl_token(services.clone(), security.clone(), frame, peer);
+            let pending = Pending { api: None, started, reply: PendingReply::Task(tokio::task::spawn_local(step)), _held: held };
+            if tx.send(pending).await.is_err() {
+                break;
+            }
+            continue;
+        }
         let api = frame
             .get(0..4)
             .and_then(|h| Some((ApiKey::try_from(i16::from_be_bytes([h[0], h[1]])).ok()?, i16::from_be_bytes([h[2], h[3]]))));
@@ -183,6 +193,34 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
     let _ = writer.await;
     if let Some(sidecar) = shard.sidecar_forwarder() {
         sidecar.connection_closed(peer);
+    }
+}
+
+/// The largest frame read before a SASL connection is authenticated (Kafka's
+/// `sasl.server.max.receive.size` default).
+const UNAUTHENTICATED_FRAME_MAX: usize = 512 * 1024;
+
+/// Kafka's size-prefixed frames of at most `kafka.max_frame_bytes`; before SASL authentication
+/// of at most [`UNAUTHENTICATED_FRAME_MAX`], so that whoever has no password cannot make the node
+/// buffer large requests. The limit is taken when a frame's size arrives, when the
+/// authentication it follows has completed.
+struct Frames {
+    codec: LengthDelimitedCodec,
+    security: Rc<ConnectionSecurity>,
+    max_frame_bytes: usize,
+}
+
+impl Decoder for Frames {
+    type Item = BytesMut;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, std::io::Error> {
+        let max = match self.security.is_authenticated() {
+            true => self.max_frame_bytes,
+            false => self.max_frame_bytes.min(UNAUTHENTICATED_FRAME_MAX),
+        };
+        self.codec.set_max_frame_length(max);
+        self.codec.decode(src)
     }
 }
 

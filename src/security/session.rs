@@ -10,6 +10,10 @@
 //!                                                   └─ connections_max_reauth_ms > 0) ──▶ Handshaken
 //! ```
 //!
+//! After SaslHandshake v0 the exchange's tokens come as bare size-prefixed frames, not as
+//! SaslAuthenticate requests (Kafka before 1.0; Sarama before 1.27 with PLAIN and an old Kafka
+//! version configured, as LinkedIn Burrow 1.2 by default). A v0 session cannot re-authenticate.
+//!
 //! Anything else before authentication closes the connection, as Kafka does. Other listeners
 //! start Authenticated: as the subject of the client's certificate if it sent one, else as
 //! `User:ANONYMOUS`.
@@ -29,6 +33,8 @@ pub struct ConnectionSecurity {
     state: RefCell<AuthState>,
     /// A quota throttled the client: nothing more is read from it before this.
     muted_until: Cell<Option<Instant>>,
+    /// The handshake was v0: until authenticated, frames are bare SASL tokens.
+    raw_tokens: Cell<bool>,
 }
 
 #[derive(Debug)]
@@ -60,7 +66,7 @@ impl ConnectionSecurity {
             true => AuthState::AwaitingHandshake,
             false => AuthState::Authenticated { principal: certificate.unwrap_or_else(Principal::anonymous), expires: None },
         };
-        ConnectionSecurity { listener, state: RefCell::new(state), muted_until: Cell::new(None) }
+        ConnectionSecurity { listener, state: RefCell::new(state), muted_until: Cell::new(None), raw_tokens: Cell::new(false) }
     }
 
     /// Whether a request with this API key may be served now.
@@ -93,6 +99,11 @@ impl ConnectionSecurity {
         self.muted_until.take().filter(|t| *t > Instant::now())
     }
 
+    /// Whether the connection has authenticated (every connection of a listener without SASL).
+    pub fn is_authenticated(&self) -> bool {
+        matches!(&*self.state.borrow(), AuthState::Authenticated { .. })
+    }
+
     /// Who the connection acts as: `User:ANONYMOUS` before SASL authentication.
     pub fn principal(&self) -> Principal {
         match &*self.state.borrow() {
@@ -101,16 +112,24 @@ impl ConnectionSecurity {
         }
     }
 
-    /// SaslHandshake: records the mechanism. `reauth` is whether re-authentication is enabled.
-    pub fn handshake(&self, mechanism: &str, reauth: bool) -> Result<(), HandshakeRefusal> {
+    /// SaslHandshake: records the mechanism. `reauth` is whether re-authentication is enabled;
+    /// `raw_tokens`, whether the handshake was v0 (tokens as bare frames; first authentication
+    /// only).
+    pub fn handshake(&self, mechanism: &str, reauth: bool, raw_tokens: bool) -> Result<(), HandshakeRefusal> {
         let mut state = self.state.borrow_mut();
         let reauthenticating = match &*state {
             AuthState::AwaitingHandshake => None,
-            AuthState::Authenticated { principal, .. } if reauth => Some(principal.clone()),
+            AuthState::Authenticated { principal, .. } if reauth && !raw_tokens => Some(principal.clone()),
             _ => return Err(HandshakeRefusal::IllegalState),
         };
         *state = AuthState::Handshaken { mechanism: mechanism.to_string(), reauthenticating };
+        self.raw_tokens.set(raw_tokens);
         Ok(())
+    }
+
+    /// Whether the next frame is a bare SASL token (after SaslHandshake v0), not a request.
+    pub fn expects_raw_token(&self) -> bool {
+        self.raw_tokens.get() && matches!(&*self.state.borrow(), AuthState::Handshaken { .. } | AuthState::Exchanging { .. })
     }
 
     /// SaslAuthenticate: takes the exchange (starting it after a handshake) for one step. The
@@ -141,6 +160,7 @@ impl ConnectionSecurity {
     /// The exchange succeeded; `lifetime` is how long the session lasts (KIP-368).
     pub fn authenticated(&self, principal: Principal, lifetime: Option<Duration>) {
         *self.state.borrow_mut() = AuthState::Authenticated { principal, expires: lifetime.map(|d| Instant::now() + d) };
+        self.raw_tokens.set(false);
     }
 
     /// The exchange failed: the connection admits nothing more (it is closed after the answer).
@@ -154,4 +174,35 @@ impl ConnectionSecurity {
 pub enum HandshakeRefusal {
     /// Not a SASL listener, or a handshake where none is expected (ILLEGAL_SASL_STATE).
     IllegalState,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SecurityProtocol;
+
+    fn sasl_connection() -> ConnectionSecurity {
+        let listener = Listener {
+            index: 0,
+            name: "SASL_PLAINTEXT".into(),
+            protocol: SecurityProtocol::SaslPlaintext,
+            bound: "127.0.0.1:9092".parse().unwrap(),
+            tls: None,
+        };
+        ConnectionSecurity::new(Arc::new(listener), None)
+    }
+
+    #[test]
+    fn handshake_v0_takes_bare_tokens_until_authenticated_and_never_again() {
+        let c = sasl_connection();
+        assert!(!c.is_authenticated() && !c.expects_raw_token());
+        c.handshake("PLAIN", true, true).unwrap();
+        assert!(c.expects_raw_token(), "the next frame is a token");
+        c.authenticated(Principal::user("u"), None);
+        assert!(c.is_authenticated() && !c.expects_raw_token());
+        // Re-authentication (KIP-368) needs v1: a v0 handshake now is refused.
+        assert_eq!(c.handshake("PLAIN", true, true), Err(HandshakeRefusal::IllegalState));
+        c.handshake("PLAIN", true, false).unwrap();
+        assert!(!c.expects_raw_token(), "after v1 tokens come in SaslAuthenticate");
+    }
 }

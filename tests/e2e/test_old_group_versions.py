@@ -5,11 +5,13 @@ Raw-protocol cases check each version's answers and that every version reads the
 Debian's Sarama 1.22 (tests/e2e/sarama, built by scripts/test.sh), which commits with OffsetCommit
 v1 and fetches with OffsetFetch v1, consumes as a group, is stopped, and resumes from its commit
 after corral is killed and restarted — on local storage and in front of Apache Kafka 4.4, which
-refuses those versions itself.
+refuses those versions itself. Sarama assuming Kafka 0.11 logs in with SASL/PLAIN through
+SaslHandshake v0 and a bare token frame, which Kafka 4 removed too.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import groupwire as gw
 import kafkawire as kw
 from apache_kafka import corral_upstream_config
 from groups import GROUP_CONFIG, committed, unique
+from security import SaslNode
 
 SARAMA_CLIENT = Path(__file__).resolve().parent / "sarama" / "target" / "sarama-client"
 
@@ -108,10 +111,15 @@ def test_a_truncated_old_commit_closes_the_connection_and_nothing_else(corral_fa
         assert offsets_v(c, 0, "g", [("t", 0)]) == {("t", 0): (-1, gw.NONE)}
 
 
-def sarama_consume(bootstrap: str, topic: str, group: str, count: int) -> list[tuple[int, int, bytes]]:
-    """Runs the Sarama consumer until `count` records are consumed and committed."""
+def run_sarama(bootstrap: str, topic: str, group: str, count: int, env: dict | None = None, timeout_s: int = 60) -> subprocess.CompletedProcess:
     assert SARAMA_CLIENT.exists(), f"{SARAMA_CLIENT} is missing: scripts/test.sh builds it"
-    run = subprocess.run([str(SARAMA_CLIENT), "consume", bootstrap, topic, group, str(count), "60"], capture_output=True, timeout=120)
+    argv = [str(SARAMA_CLIENT), "consume", bootstrap, topic, group, str(count), str(timeout_s)]
+    return subprocess.run(argv, capture_output=True, timeout=timeout_s + 60, env={**os.environ, **(env or {})})
+
+
+def sarama_consume(bootstrap: str, topic: str, group: str, count: int, env: dict | None = None) -> list[tuple[int, int, bytes]]:
+    """Runs the Sarama consumer until `count` records are consumed and committed."""
+    run = run_sarama(bootstrap, topic, group, count, env)
     assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
     records = []
     for line in run.stdout.decode().splitlines():
@@ -161,3 +169,29 @@ def test_sarama_in_front_of_kafka_4(corral_factory, apache_kafka_classic):
         conn.expect_closed()  # Kafka 4 answers no OffsetCommit v1
     finally:
         conn.close()
+
+
+def test_sarama_logs_in_with_sasl_handshake_v0(corral_factory, corral_bin, tmp_path):
+    """Sarama 1.22 told the broker is Kafka 0.11 sends SaslHandshake v0, then its PLAIN token as a
+    bare frame; corral answers with an empty token frame, and the client consumes as a group. A
+    wrong password closes the connection, as Kafka did."""
+    users = {"burrow": "burrow-secret"}
+    node = SaslNode(corral_factory, corral_bin, tmp_path, users, GROUP_CONFIG)
+    topic, group = unique("sarama-sasl"), unique("sarama-sasl")
+    clients.create_topic(node.server.bootstrap, topic, partitions=2)
+    values = [f"v0-{i}".encode() for i in range(10)]
+    clients.produce_all(clients.producer(node.server.bootstrap), topic, [(None, v) for v in values])
+    handshakes_v0 = requests_of(node.server, "SaslHandshake", 0)
+    env = {"SARAMA_KAFKA_VERSION": "0.11.0.0", "SARAMA_SASL_USER": "burrow", "SARAMA_SASL_PASSWORD": users["burrow"]}
+    consumed = sarama_consume(node.sasl_bootstrap, topic, group, 10, env)
+    assert sorted(v for _, _, v in consumed) == sorted(values)
+    assert requests_of(node.server, "SaslHandshake", 0) > handshakes_v0, "Sarama did not use SaslHandshake v0"
+    assert committed(node.server.bootstrap, group, [(topic, 0), (topic, 1)]) == {
+        (topic, p): len([1 for q, _, _ in consumed if q == p]) for p in (0, 1)
+    }
+    # A wrong password: corral closes the connection after the token; Sarama tries each broker,
+    # then gives up.
+    wrong = run_sarama(node.sasl_bootstrap, topic, unique("sarama-refused"), 1, {**env, "SARAMA_SASL_PASSWORD": "wrong"}, timeout_s=5)
+    assert wrong.returncode == 1, wrong
+    assert b"client has run out of available brokers to talk to" in wrong.stderr, wrong.stderr.decode(errors="replace")[-2000:]
+    assert "SASL authentication failed" in node.server.run_log_text()

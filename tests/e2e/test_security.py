@@ -147,6 +147,23 @@ def test_unauthenticated_requests_are_not_answered(secure):
         assert (correlation, error) == (8, 34), body  # ILLEGAL_SASL_STATE
 
 
+def test_a_large_frame_before_authentication_closes_the_connection(secure):
+    """Before SASL authentication a frame may be at most 512 KiB (Kafka's
+    sasl.server.max.receive.size): the size prefix alone of a larger one closes the connection.
+    Once authenticated, a 700 KiB record is produced as on any listener."""
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        s.sendall(struct.pack(">i", 512 * 1024 + 1) + b"\0" * 1024)
+        assert s.recv(64) == b"", "the connection was answered instead of closed"
+    config = {**confluent_config(secure, "SASL_PLAINTEXT", "PLAIN"), "message.max.bytes": 2_000_000}
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer(config)
+    delivered = []
+    producer.produce(topic, b"x" * (700 * 1024), on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(30) == 0 and delivered == [None], delivered
+
+
 def recv_exact(s: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:

@@ -7,6 +7,9 @@
 // committed), prints each record as `partition offset value` on a line of its own and marks it
 // consumed, until COUNT records are marked; then leaves the group, which commits the marked
 // offsets. Exits 1 if COUNT records do not arrive within TIMEOUT_S seconds.
+//
+// SARAMA_KAFKA_VERSION (default 2.0.0) is the Kafka version Sarama assumes; SARAMA_SASL_USER and
+// SARAMA_SASL_PASSWORD log in with SASL/PLAIN.
 package main
 
 import (
@@ -65,6 +68,22 @@ func main() {
 	config := sarama.NewConfig()
 	config.ClientID = "corral-e2e-sarama"
 	config.Version = sarama.V2_0_0_0
+	if v := os.Getenv("SARAMA_KAFKA_VERSION"); v != "" {
+		version, err := sarama.ParseKafkaVersion(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "SARAMA_KAFKA_VERSION:", err)
+			os.Exit(2)
+		}
+		config.Version = version
+	}
+	if user := os.Getenv("SARAMA_SASL_USER"); user != "" {
+		// SASL/PLAIN: with a Kafka version before 1.0 Sarama sends SaslHandshake v0 and then the
+		// token as a bare frame.
+		config.Net.SASL.Enable = true
+		config.Net.SASL.Handshake = true
+		config.Net.SASL.User = user
+		config.Net.SASL.Password = os.Getenv("SARAMA_SASL_PASSWORD")
+	}
 	config.Consumer.Offsets.Initial = sarama.OffsetOldest
 	config.Consumer.Offsets.CommitInterval = 200 * time.Millisecond
 	config.Consumer.Return.Errors = true
