@@ -3,8 +3,10 @@
 //! then the connection is closed. After SaslHandshake v0 the same messages come as bare frames
 //! ([`raw_token`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -16,7 +18,7 @@ use super::sasl_handshake::closing;
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::node::Node;
 use crate::protocol::{Reply, RequestContext};
-use crate::security::sasl::{Failure, Step};
+use crate::security::sasl::{Exchange, Failure, Step};
 use crate::security::session::ConnectionSecurity;
 use crate::security::Principal;
 
@@ -31,8 +33,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             .with_error_message(Some(StrBytes::from_static_str("SaslAuthenticate on a listener without SASL")));
         return Ok(Handled::Now(ctx.respond(&response)));
     };
+    let stepping = step(node, security, request.auth_bytes, ctx.peer);
     Ok(Handled::Later(Box::pin(async move {
-        match step(&node, &security, request.auth_bytes, ctx.peer).await {
+        match stepping.await {
             Stepped::Continue(reply) => ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into())),
             Stepped::Authenticated { reply, lifetime_ms } => {
                 ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(reply.into()).with_session_lifetime_ms(lifetime_ms))
@@ -49,17 +52,25 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 
 /// A token that came as a bare frame after SaslHandshake v0: the answer is a bare frame too (the
 /// size, then the server's token, empty when there is none). A failed exchange closes the
-/// connection without an answer, as Kafka did.
-pub(crate) async fn raw_token(services: Rc<dyn Services>, security: Rc<ConnectionSecurity>, token: Bytes, peer: SocketAddr) -> Reply {
-    let node = services.node().clone();
-    match step(&node, &security, token, Some(peer)).await {
-        Stepped::Continue(reply) | Stepped::Authenticated { reply, .. } => {
-            let mut frame = BytesMut::with_capacity(4 + reply.len());
-            frame.put_u32(reply.len() as u32);
-            frame.put_slice(&reply);
-            Reply::Frame(frame.freeze())
+/// connection without an answer, as Kafka did. Takes the exchange at once, as a handler's first
+/// stage does; the rest is the returned future.
+pub(crate) fn raw_token(
+    services: &Rc<dyn Services>,
+    security: Rc<ConnectionSecurity>,
+    token: Bytes,
+    peer: SocketAddr,
+) -> impl Future<Output = Reply> + 'static {
+    let stepping = step(services.node().clone(), security, token, Some(peer));
+    async move {
+        match stepping.await {
+            Stepped::Continue(reply) | Stepped::Authenticated { reply, .. } => {
+                let mut frame = BytesMut::with_capacity(4 + reply.len());
+                frame.put_u32(reply.len() as u32);
+                frame.put_slice(&reply);
+                Reply::Frame(frame.freeze())
+            }
+            Stepped::Refused { .. } => Reply::Close("SASL authentication failed"),
         }
-        Stepped::Refused { .. } => Reply::Close("SASL authentication failed"),
     }
 }
 
@@ -73,17 +84,39 @@ enum Stepped {
     Refused { code: ResponseError, message: String },
 }
 
-/// One message of the exchange: steps it (off the shard's thread: PLAIN derives a key from the
-/// password), then moves the connection's state on. A failure waits
-/// `sasl.failed_authentication_delay_ms` first.
-async fn step(node: &Node, security: &ConnectionSecurity, input: Bytes, peer: Option<SocketAddr>) -> Stepped {
-    let Some(sasl) = node.sasl.clone() else {
-        return Stepped::Refused { code: ResponseError::IllegalSaslState, message: "SASL is not configured".to_string() };
+/// One message of the exchange. The exchange is taken from the connection at once, before its
+/// next frame is read (nothing else is admitted meanwhile); the returned future steps it (off the
+/// shard's thread: PLAIN derives a key from the password) and moves the connection's state on. A
+/// failure waits `sasl.failed_authentication_delay_ms` first.
+fn step(
+    node: Arc<Node>,
+    security: Rc<ConnectionSecurity>,
+    input: Bytes,
+    peer: Option<SocketAddr>,
+) -> impl Future<Output = Stepped> + 'static {
+    let taken = match node.sasl.clone() {
+        None => Err(Stepped::Refused { code: ResponseError::IllegalSaslState, message: "SASL is not configured".to_string() }),
+        Some(sasl) => security
+            .take_exchange(|mechanism| sasl.start(mechanism))
+            .map_err(|message| Stepped::Refused { code: ResponseError::IllegalSaslState, message }),
     };
-    let (mut exchange, reauthenticating) = match security.take_exchange(|mechanism| sasl.start(mechanism)) {
-        Ok(taken) => taken,
-        Err(message) => return Stepped::Refused { code: ResponseError::IllegalSaslState, message },
-    };
+    async move {
+        let (exchange, reauthenticating) = match taken {
+            Ok(taken) => taken,
+            Err(refused) => return refused,
+        };
+        step_taken(&node, &security, exchange, reauthenticating, input, peer).await
+    }
+}
+
+async fn step_taken(
+    node: &Node,
+    security: &ConnectionSecurity,
+    mut exchange: Box<Exchange>,
+    reauthenticating: Option<Principal>,
+    input: Bytes,
+    peer: Option<SocketAddr>,
+) -> Stepped {
     let stepped = tokio::task::spawn_blocking(move || {
         let step = exchange.step(&input);
         (exchange, step)

@@ -163,7 +163,7 @@ async fn serve<R: AsyncRead + Unpin, W: ClientWriter>(
         active_at = started;
         if security.expects_raw_token() {
             // After SaslHandshake v0 a frame is a bare SASL token, not a request.
-            let step = api::raw_sasl_token(services.clone(), security.clone(), frame, peer);
+            let step = api::raw_sasl_token(&services, security.clone(), frame, peer);
             let pending = Pending { api: None, started, reply: PendingReply::Task(tokio::task::spawn_local(step)), _held: held };
             if tx.send(pending).await.is_err() {
                 break;
