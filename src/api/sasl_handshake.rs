@@ -1,7 +1,7 @@
 //! SaslHandshake (key 17): the client names its SASL mechanism. After v1 the tokens travel in
-//! SaslAuthenticate requests; after v0 (removed by Kafka 4, KIP-896, still sent by Sarama before
-//! 1.27 with PLAIN and an old Kafka version, as LinkedIn Burrow 1.2 by default) they come as bare
-//! size-prefixed frames (`sasl_authenticate::raw_token`).
+//! SaslAuthenticate requests; after v0 (removed by Kafka 4, KIP-896, still sent by Sarama with
+//! PLAIN when it is configured for a Kafka version before 1.0) they come as bare size-prefixed
+//! frames (`sasl_authenticate::raw_token`).
 
 use std::rc::Rc;
 

@@ -11,8 +11,8 @@
 //! ```
 //!
 //! After SaslHandshake v0 the exchange's tokens come as bare size-prefixed frames, not as
-//! SaslAuthenticate requests (Kafka before 1.0; Sarama before 1.27 with PLAIN and an old Kafka
-//! version configured, as LinkedIn Burrow 1.2 by default). A v0 session cannot re-authenticate.
+//! SaslAuthenticate requests (Kafka before 1.0; Sarama with PLAIN when it is configured for a
+//! Kafka version before 1.0). A v0 session cannot re-authenticate.
 //!
 //! Anything else before authentication closes the connection, as Kafka does. Other listeners
 //! start Authenticated: as the subject of the client's certificate if it sent one, else as
