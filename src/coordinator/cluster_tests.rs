@@ -429,23 +429,36 @@ fn the_pre_vote_is_granted_only_with_the_leader_silent_and_the_log_complete() {
 
 /// A follower cut off from the others stands for no election (its pre-votes reach nobody), so
 /// after healing it follows the leader it had, in the same term, instead of unseating it.
+///
+/// On a loaded machine (the unit tests run two at a time on two cores) the leader's heartbeats
+/// can miss the lease by themselves, and then an election is right. So the cut and the healing
+/// are tried up to three times; one round must end with the same leader in the same term. A
+/// healed follower that unseats the leader fails every round.
 #[test]
 fn a_follower_cut_off_and_healed_does_not_unseat_the_leader() {
     local(async {
         let cluster = Cluster::start().await;
-        let leader = cluster.serving(None).await;
         let term = |n: NodeId| cluster.runner(n).raft().unwrap().metrics().borrow().current_term;
-        let before = term(leader);
-        let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
-        cluster.router.cut.borrow_mut().insert(follower);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(term(follower), before, "the cut-off follower raised the term");
-        cluster.router.cut.borrow_mut().clear();
-        commit_each(&cluster.runner(leader), 0..5).await;
-        converged(&cluster, &NODES, &BTreeMap::from([(0, 4)])).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(cluster.serving(None).await, leader);
-        assert_eq!(term(leader), before, "an election happened");
+        let mut rounds = Vec::new();
+        for round in 0..3 {
+            let leader = cluster.serving(None).await;
+            let before = term(leader);
+            let follower = NODES.into_iter().find(|&n| n != leader).unwrap();
+            cluster.router.cut.borrow_mut().insert(follower);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(term(follower), before, "the cut-off follower raised the term");
+            cluster.router.cut.borrow_mut().clear();
+            let serving = cluster.serving(None).await;
+            commit_each(&cluster.runner(serving), round * 5..round * 5 + 5).await;
+            converged(&cluster, &NODES, &BTreeMap::from([(0, round * 5 + 4)])).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let after = cluster.serving(None).await;
+            if after == leader && term(leader) == before {
+                return;
+            }
+            rounds.push((leader, before, after, term(after)));
+        }
+        panic!("an election followed every healing: (leader, term) before and after each round {rounds:?}");
     });
 }
 
