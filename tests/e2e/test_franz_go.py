@@ -33,23 +33,16 @@ from client_process import EventProcess, Started
 from apache_kafka import CORRAL_GROUP_CONFIG, TARGETS, target_bootstrap
 from groups import committed, unique, wait_until
 from security import USERS, SaslNode, make_certificates, start_secure_corral
+from test_authorization import RULES as AUTHZ_RULES
+from test_authorization import USERS as AUTHZ_USERS
 
 FRANZ_CLIENT = Path(__file__).resolve().parent / "franz" / "target" / "franz-client"
 RUN_TIMEOUT_S = 200.0
 RECORDS = 1000
 PARTITIONS = 3
 
-# alice may write and read the `payments.` topics (not create them) and use the `payments-`
-# groups; bob has no right; admin has every one.
-AUTHZ_USERS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
-AUTHZ_RULES = """
-[authorization]
-super_users = ["User:admin"]
-rules = [
-  { principal = "User:alice", resource = "topic", prefix = "payments.", operations = ["read", "write"] },
-  { principal = "User:alice", resource = "group", prefix = "payments-", operations = ["read"] },
-]
-"""
+# test_authorization's users and rules: alice may write and read the `payments.` topics (not
+# create them) and use the `payments-` groups; bob has no right; admin has every one.
 TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED: Not authorized to access topics: [Topic authorization failed.]"
 GROUP_DENIED = "GROUP_AUTHORIZATION_FAILED: Not authorized to access group: Group authorization failed."
 # (user, topic, group, whether the topic is made first (by admin), step that fails, franz-go's error)
