@@ -51,7 +51,7 @@ fn api_keys() -> Vec<ApiVersion> {
 /// The APIs corral passes on to the upstream: advertised no higher than the upstream serves them,
 /// and not at all if it does not. Group APIs stay corral's own (a sidecar's go to its group
 /// service, and are clamped to what it serves in the same way).
-const UPSTREAM_APIS: [ApiKey; 7] = [
+const UPSTREAM_APIS: [ApiKey; 9] = [
     ApiKey::Produce,
     ApiKey::Fetch,
     ApiKey::ListOffsets,
@@ -59,6 +59,8 @@ const UPSTREAM_APIS: [ApiKey; 7] = [
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
     ApiKey::InitProducerId,
+    ApiKey::AlterConfigs,
+    ApiKey::IncrementalAlterConfigs,
 ];
 
 /// `keys`, with those of `passed_on` advertised no higher than `versions` (what the cluster

@@ -34,6 +34,8 @@ struct Described {
     source: ConfigSource,
     kind: ConfigType,
     doc: &'static str,
+    /// Broker settings come from the config file; every topic config can be changed.
+    read_only: bool,
 }
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
@@ -62,7 +64,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                     .config
                     .entries(&node.config.topics.defaults)
                     .into_iter()
-                    .map(|e| Described { name: e.name.to_string(), value: e.value, source: e.source, kind: e.kind, doc: e.doc })
+                    .map(|e| Described {
+                        name: e.name.to_string(),
+                        value: e.value,
+                        source: e.source,
+                        kind: e.kind,
+                        doc: e.doc,
+                        read_only: false,
+                    })
                     .collect::<Vec<_>>()),
                 None => Err((ResponseError::UnknownTopicOrPartition, format!("topic '{}' does not exist", &*resource.resource_name))),
             },
@@ -118,7 +127,7 @@ fn to_result(e: Described, synonyms: bool, documentation: bool) -> DescribeConfi
     let mut r = DescribeConfigsResourceResult::default()
         .with_name(name.clone())
         .with_value(Some(value.clone()))
-        .with_read_only(e.source != ConfigSource::Topic)
+        .with_read_only(e.read_only)
         .with_config_source(e.source.code())
         .with_config_type(e.kind as i8)
         .with_documentation(documentation.then(|| StrBytes::from_static_str(e.doc)));
@@ -155,6 +164,6 @@ fn broker_configs(config: &Config, node_id: i32) -> Vec<Described> {
         ("socket.request.max.bytes", config.kafka.max_frame_bytes.to_string(), ConfigType::Int, "kafka.max_frame_bytes"),
     ]
     .into_iter()
-    .map(|(name, value, kind, doc)| Described { name: name.to_string(), value, source: ConfigSource::Broker, kind, doc })
+    .map(|(name, value, kind, doc)| Described { name: name.to_string(), value, source: ConfigSource::Broker, kind, doc, read_only: true })
     .collect()
 }

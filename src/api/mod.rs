@@ -20,7 +20,9 @@
 //! A sidecar's group requests never reach these handlers: they are forwarded to its group
 //! service as they come (`crate::sidecar`).
 
+mod alter_configs;
 mod api_versions;
+mod config_changes;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
 mod create_partitions;
@@ -35,6 +37,7 @@ mod fetch;
 mod find_coordinator;
 mod groups;
 mod heartbeat;
+mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
@@ -128,6 +131,8 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     delete_topics::ENTRY,
     init_producer_id::ENTRY,
     describe_configs::ENTRY,
+    alter_configs::ENTRY,
+    incremental_alter_configs::ENTRY,
     create_partitions::ENTRY,
     delete_groups::ENTRY,
     offset_delete::ENTRY,

@@ -58,6 +58,11 @@ pub enum TopicChange {
     Delete {
         id: Uuid,
     },
+    /// A topic's configs replaced by `config` (AlterConfigs, IncrementalAlterConfigs).
+    Configure {
+        id: Uuid,
+        config: TopicConfig,
+    },
     /// The next block of producer ids, for `node` (Kafka's AllocateProducerIds): replicated, so
     /// no id is handed out twice, whichever node asks and whatever it lost.
     AllocateProducerIds {
@@ -84,6 +89,7 @@ impl TopicChange {
             }
             TopicChange::AddPartitions { placement, .. } => placement,
             TopicChange::Delete { .. } => return Ok(()),
+            TopicChange::Configure { config, .. } => return config.validate().map_err(|e| e.to_string()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
             TopicChange::AllocateProducerIds { node } => {
                 return Err(format!("producer ids for node {node}, which is not in [cluster] nodes"))
@@ -113,7 +119,10 @@ impl TopicChange {
 
     fn topic_id(&self) -> Option<Uuid> {
         match self {
-            TopicChange::Create { id, .. } | TopicChange::AddPartitions { id, .. } | TopicChange::Delete { id } => Some(*id),
+            TopicChange::Create { id, .. }
+            | TopicChange::AddPartitions { id, .. }
+            | TopicChange::Delete { id }
+            | TopicChange::Configure { id, .. } => Some(*id),
             TopicChange::AllocateProducerIds { .. } => None,
         }
     }
@@ -373,6 +382,15 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             close_local(node, &topic).await;
             tracing::info!(topic = %topic.name, "deleted topic");
         }
+        TopicChange::Configure { id, config } => {
+            let Some(current) = catalog.get_by_id(id).filter(|t| !super::is_internal(&t.name)) else {
+                return;
+            };
+            let configured = catalog.build(current.name.clone(), id, config, current.placement(), Some(&current));
+            catalog.publish(configured.clone());
+            reconfigure_local(node, &configured).await;
+            tracing::info!(topic = %configured.name, "changed topic configs");
+        }
         TopicChange::AllocateProducerIds { node: to } => {
             let (start, end) = catalog.producer_ids.allocate(to);
             tracing::debug!(node = to, start, end, "allocated a block of producer ids");
@@ -420,6 +438,31 @@ async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range
 
 /// Partitions a shard creates between two turns of serving its connections.
 const CREATE_BATCH: usize = 256;
+
+/// Gives the partitions of `topic` that this node holds the storage settings of its configs.
+/// Retention and segment rolls follow at once; a new index interval applies from the next segment.
+async fn reconfigure_local(node: &Arc<Node>, topic: &Arc<Topic>) {
+    let config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
+    let mut by_shard: BTreeMap<ShardId, Vec<i32>> = BTreeMap::new();
+    for (index, meta) in topic.partitions.iter().enumerate().filter(|(_, meta)| meta.leader == node.node_id) {
+        by_shard.entry(meta.shard).or_default().push(index as i32);
+    }
+    let jobs = by_shard.into_iter().map(|(shard, indexes)| {
+        let (id, config) = (topic.id, config);
+        node.mesh.run_on(shard, move |owner| async move {
+            for index in indexes {
+                if let Some(partition) = owner.partition(id, index) {
+                    partition.log.borrow_mut().set_config(config);
+                }
+            }
+        })
+    });
+    for outcome in futures_util::future::join_all(jobs).await {
+        if let Err(e) = outcome {
+            tracing::error!(topic = %topic.name, error = %e, "cannot change the storage settings of a partition");
+        }
+    }
+}
 
 /// Closes and removes the partitions of a deleted topic that this node holds.
 async fn close_local(node: &Arc<Node>, topic: &Topic) {
@@ -559,7 +602,7 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
 }
 
 /// Makes the catalog match a snapshot: topics it lacks are deleted, new ones created, grown ones
-/// grown. The catalog is written before deleted topics' files go.
+/// grown, reconfigured ones given their configs. The catalog is written before deleted topics' files go.
 async fn install(node: &Arc<Node>, wanted: &[StoredTopic], meta: &Meta) -> std::io::Result<()> {
     let catalog = &node.catalog;
     let keep: HashSet<Uuid> = wanted.iter().map(|t| t.id).collect();
@@ -574,14 +617,22 @@ async fn install(node: &Arc<Node>, wanted: &[StoredTopic], meta: &Meta) -> std::
     }
     for t in wanted {
         let config = t.config.clone();
-        let change = match catalog.get_by_id(t.id) {
-            None => TopicChange::Create { name: t.name.clone(), id: t.id, config, placement: t.placement.clone() },
-            Some(current) if current.partitions.len() < t.placement.len() => {
-                TopicChange::AddPartitions { id: t.id, placement: t.placement.clone() }
+        let changes = match catalog.get_by_id(t.id) {
+            None => vec![TopicChange::Create { name: t.name.clone(), id: t.id, config, placement: t.placement.clone() }],
+            Some(current) => {
+                let mut changes = Vec::new();
+                if current.partitions.len() < t.placement.len() {
+                    changes.push(TopicChange::AddPartitions { id: t.id, placement: t.placement.clone() });
+                }
+                if current.config != t.config {
+                    changes.push(TopicChange::Configure { id: t.id, config });
+                }
+                changes
             }
-            Some(_) => continue,
         };
-        apply_change(node, change, meta.last_log_id).await;
+        for change in changes {
+            apply_change(node, change, meta.last_log_id).await;
+        }
     }
     catalog.persist_applied(meta.last_log_id, meta.last_membership.clone())?;
     for topic in gone {
@@ -615,8 +666,11 @@ mod tests {
         let mut bad_config: serde_json::Value = serde_json::to_value(&config).unwrap();
         bad_config["retention.ms"] = "soon".into();
         let config: TopicConfig = serde_json::from_value(bad_config).unwrap();
-        let change = TopicChange::Create { name: "t".into(), id: Uuid::nil(), config, placement: vec![0] };
+        let change = TopicChange::Create { name: "t".into(), id: Uuid::nil(), config: config.clone(), placement: vec![0] };
         assert!(change.validate(&limits, nodes, none).is_err(), "an invalid config value");
+        assert!(TopicChange::Configure { id: Uuid::nil(), config }.validate(&limits, nodes, none).is_err(), "an invalid config value");
+        let good = TopicConfig::from_pairs([("retention.ms", Some("1000"))]).unwrap();
+        assert_eq!(TopicChange::Configure { id: Uuid::nil(), config: good }.validate(&limits, nodes, none), Ok(()));
         assert!(TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 9] }.validate(&limits, nodes, none).is_err());
         assert_eq!(TopicChange::Delete { id: Uuid::nil() }.validate(&limits, nodes, none), Ok(()));
     }

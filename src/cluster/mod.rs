@@ -1,5 +1,5 @@
 //! Cluster metadata: topics and their partitions, producer ids, and the operations that change
-//! them (create, delete, grow a topic).
+//! them (create, delete, grow a topic, change its configs).
 //!
 //! A change is checked against this node's catalog, then proposed to the metadata Raft group
 //! ([`metadata_group`]); every node applies it, opening or closing the partitions placed on it on
@@ -216,6 +216,28 @@ pub async fn delete_topic(node: &Arc<Node>, topic: &Arc<Topic>) -> Result<(), To
         _ => return Err(TopicError::Unknown),
     }
     propose(node, TopicChange::Delete { id: topic.id }).await
+}
+
+/// Changes a topic's configs to what `alter` makes of them, on every node. With `validate_only`
+/// nothing is changed. In front of an upstream cluster a topic's configs are the upstream's, and
+/// the API handlers pass the change on instead.
+pub async fn configure_topic(
+    node: &Arc<Node>,
+    name: &str,
+    alter: impl FnOnce(&TopicConfig) -> Result<TopicConfig, TopicConfigError>,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    if is_internal(name) {
+        return Err(TopicError::Internal(name.to_string()));
+    }
+    let _change = node.catalog.lock().await;
+    let topic = node.catalog.get(name).ok_or(TopicError::Unknown)?;
+    let config = alter(&topic.config)?;
+    config.check_changed_from(&topic.config)?;
+    if validate_only || config == topic.config {
+        return Ok(());
+    }
+    propose(node, TopicChange::Configure { id: topic.id, config }).await
 }
 
 /// Proposes a topic change through the metadata group, on the shard that hosts it.

@@ -105,6 +105,33 @@ pub enum TopicConfigError {
     UnknownKey(String),
     #[error("invalid value {value:?} for topic config {key}: {reason}")]
     InvalidValue { key: String, value: String, reason: &'static str },
+    /// APPEND or SUBTRACT of a key whose value is not a list (Kafka's wording).
+    #[error("config value {op} is not allowed for config key: {key}")]
+    NotAList { op: &'static str, key: String },
+}
+
+/// What IncrementalAlterConfigs does to one key (Kafka's `AlterConfigOp.OpType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set,
+    /// Back to the default.
+    Delete,
+    /// Values added to a list key (those not in it yet).
+    Append,
+    /// Values taken out of a list key.
+    Subtract,
+}
+
+impl ConfigOp {
+    pub fn from_code(code: i8) -> Option<ConfigOp> {
+        match code {
+            0 => Some(ConfigOp::Set),
+            1 => Some(ConfigOp::Delete),
+            2 => Some(ConfigOp::Append),
+            3 => Some(ConfigOp::Subtract),
+            _ => None,
+        }
+    }
 }
 
 /// A topic's explicitly set configs (name → value). Everything else comes from defaults.
@@ -143,11 +170,58 @@ impl TopicConfig {
         TopicConfig::from_pairs(self.overrides.iter().map(|(k, v)| (k.as_str(), Some(v.as_str())))).map(|_| ())
     }
 
+    /// These configs after `changes` (IncrementalAlterConfigs), each value checked as
+    /// CreateTopics checks it. APPEND and SUBTRACT start from the key's current value, its
+    /// default when it has none, as in Kafka.
+    pub fn altered<'a>(&self, changes: impl IntoIterator<Item = (ConfigOp, &'a str, &'a str)>) -> Result<TopicConfig, TopicConfigError> {
+        let mut overrides = self.overrides.clone();
+        for (op, name, value) in changes {
+            let key = KEYS.iter().find(|k| k.name == name).ok_or_else(|| TopicConfigError::UnknownKey(name.to_string()))?;
+            let list = |op| {
+                if key.kind != ConfigType::List {
+                    return Err(TopicConfigError::NotAList { op, key: name.to_string() });
+                }
+                let current = overrides.get(name).map(String::as_str).or(key.fixed_default).unwrap_or_default();
+                Ok(current.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_string).collect::<Vec<_>>())
+            };
+            let items = || value.split(',').map(str::trim).filter(|v| !v.is_empty());
+            let new = match op {
+                ConfigOp::Set => value.to_string(),
+                ConfigOp::Delete => {
+                    overrides.remove(name);
+                    continue;
+                }
+                ConfigOp::Append => {
+                    let mut values = list("append")?;
+                    for item in items() {
+                        if !values.iter().any(|v| v == item) {
+                            values.push(item.to_string());
+                        }
+                    }
+                    values.join(",")
+                }
+                ConfigOp::Subtract => {
+                    let values = list("subtract")?;
+                    values.into_iter().filter(|v| !items().any(|item| item == v)).collect::<Vec<_>>().join(",")
+                }
+            };
+            validate_value(key, &new)?;
+            overrides.insert(name.to_string(), new);
+        }
+        Ok(TopicConfig { overrides })
+    }
+
     /// Kafka 4's minimums for a topic created now: `segment.bytes` at least 1 MiB (KIP-1030).
     /// Changes already in the metadata log were checked by [`TopicConfig::validate`] alone and stay
     /// valid, so a log written before the minimum replays the same.
     pub fn check_new_topic(&self) -> Result<(), TopicConfigError> {
-        if let Some(value) = self.overrides.get("segment.bytes") {
+        self.check_changed_from(&TopicConfig::default())
+    }
+
+    /// [`TopicConfig::check_new_topic`] for the values that differ from `before` (a topic's
+    /// configs changed): a small `segment.bytes` the topic was created with stays.
+    pub fn check_changed_from(&self, before: &TopicConfig) -> Result<(), TopicConfigError> {
+        if let Some(value) = self.overrides.get("segment.bytes").filter(|v| before.overrides.get("segment.bytes") != Some(*v)) {
             if value.trim().parse::<i64>().is_ok_and(|n| n < MIN_NEW_SEGMENT_BYTES as i64) {
                 let reason = "must be at least 1048576 (Kafka 4's minimum)";
                 return Err(TopicConfigError::InvalidValue { key: "segment.bytes".into(), value: value.clone(), reason });
@@ -295,6 +369,36 @@ mod tests {
         assert_eq!((bytes.value.as_str(), bytes.source), ("-1", ConfigSource::Broker));
         let policy = entries.iter().find(|e| e.name == "cleanup.policy").unwrap();
         assert_eq!(policy.source, ConfigSource::Default);
+    }
+
+    #[test]
+    fn incremental_changes() {
+        let c = TopicConfig::from_pairs([("retention.ms", Some("1000")), ("segment.ms", Some("5000"))]).unwrap();
+        let changed = c.altered([(ConfigOp::Set, "retention.ms", "2000"), (ConfigOp::Delete, "segment.ms", "")]).unwrap();
+        assert_eq!(changed.overrides().collect::<Vec<_>>(), [("retention.ms", "2000")]);
+        // Deleting a key that is not set changes nothing.
+        assert_eq!(changed.altered([(ConfigOp::Delete, "max.message.bytes", "")]).unwrap(), changed);
+        // A list key: append starts from the default, and a value already there is not added twice.
+        let appended = c.altered([(ConfigOp::Append, "cleanup.policy", "delete")]).unwrap();
+        assert_eq!(appended.overrides.get("cleanup.policy").map(String::as_str), Some("delete"));
+        // Only "delete" is supported, so appending "compact" is refused as CreateTopics refuses it.
+        assert!(matches!(c.altered([(ConfigOp::Append, "cleanup.policy", "compact")]), Err(TopicConfigError::InvalidValue { .. })));
+        assert_eq!(
+            c.altered([(ConfigOp::Append, "retention.ms", "1")]),
+            Err(TopicConfigError::NotAList { op: "append", key: "retention.ms".into() })
+        );
+        assert_eq!(
+            c.altered([(ConfigOp::Subtract, "segment.ms", "1")]),
+            Err(TopicConfigError::NotAList { op: "subtract", key: "segment.ms".into() })
+        );
+        assert_eq!(c.altered([(ConfigOp::Set, "no.such", "1")]), Err(TopicConfigError::UnknownKey("no.such".into())));
+        assert!(c.altered([(ConfigOp::Set, "retention.ms", "soon")]).is_err());
+        // Kafka 4's segment.bytes minimum holds for a value set now, not for one a topic has.
+        let small = TopicConfig::from_pairs([("segment.bytes", Some("2048"))]).unwrap();
+        let kept = small.altered([(ConfigOp::Set, "retention.ms", "1")]).unwrap();
+        assert!(kept.check_changed_from(&small).is_ok());
+        let set = c.altered([(ConfigOp::Set, "segment.bytes", "2048")]).unwrap();
+        assert!(set.check_changed_from(&c).is_err());
     }
 
     #[test]

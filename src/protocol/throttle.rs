@@ -44,6 +44,8 @@ pub fn leads_body(api: ApiKey, version: i16) -> bool {
         DeleteTopics => DeleteTopicsResponse,
         InitProducerId => InitProducerIdResponse,
         DescribeConfigs => DescribeConfigsResponse,
+        AlterConfigs => AlterConfigsResponse,
+        IncrementalAlterConfigs => IncrementalAlterConfigsResponse,
         DeleteGroups => DeleteGroupsResponse,
         CreatePartitions => CreatePartitionsResponse,
         DescribeCluster => DescribeClusterResponse,

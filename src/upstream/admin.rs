@@ -1,5 +1,5 @@
 //! What corral asks of the upstream cluster itself rather than of a partition's leader: topic
-//! changes, topic configs and producer ids. Sent to the broker the upstream names as its controller (a Kafka
+//! changes, topic configs (described and changed) and producer ids. Sent to the broker the upstream names as its controller (a Kafka
 //! broker passes them on to the active controller), each on a connection of its own: these are
 //! rare, and none should wait behind a long poll.
 //!
@@ -14,8 +14,9 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, InitProducerIdRequest, ProducerId,
-    TopicName,
+    alter_configs_request, alter_configs_response, incremental_alter_configs_request, incremental_alter_configs_response,
+    AlterConfigsRequest, ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 
@@ -143,21 +144,91 @@ pub async fn describe_topic_configs(
         .with_resources(resources.clone())
         .with_include_synonyms(include_synonyms)
         .with_include_documentation(include_documentation);
-    let (mut response, _) = ask(upstream, ApiKey::DescribeConfigs, (1, version), request).await?;
-    Ok(resources
-        .iter()
-        .map(|asked| {
-            let at = response.results.iter().position(|r| r.resource_type == asked.resource_type && r.resource_name == asked.resource_name);
-            match at {
-                Some(at) => response.results.swap_remove(at),
-                None => DescribeConfigsResult::default()
-                    .with_error_code(kafka_protocol::ResponseError::UnknownServerError.code())
-                    .with_error_message(Some(StrBytes::from_static_str("the upstream did not answer for this resource")))
-                    .with_resource_type(asked.resource_type)
-                    .with_resource_name(asked.resource_name.clone()),
-            }
+    let (response, _) = ask(upstream, ApiKey::DescribeConfigs, (1, version), request).await?;
+    let asked = resources.iter().map(|r| (r.resource_type, &r.resource_name));
+    Ok(in_order(
+        asked,
+        response.results,
+        |r| (r.resource_type, &r.resource_name),
+        |kind, name, code, message| {
+            DescribeConfigsResult::default()
+                .with_error_code(code)
+                .with_error_message(Some(message))
+                .with_resource_type(kind)
+                .with_resource_name(name.clone())
+        },
+    ))
+}
+
+/// Passes an IncrementalAlterConfigs of topic `resources` on to the upstream, in the highest
+/// version both serve up to the client's; its answers in the order asked.
+pub async fn incremental_alter_topic_configs(
+    upstream: &Upstream,
+    version: i16,
+    resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
+    validate_only: bool,
+) -> Result<Vec<incremental_alter_configs_response::AlterConfigsResourceResponse>, UpstreamError> {
+    let asked: Vec<_> = resources.iter().map(|r| (r.resource_type, r.resource_name.clone())).collect();
+    let request = IncrementalAlterConfigsRequest::default().with_resources(resources).with_validate_only(validate_only);
+    let (response, _) = ask(upstream, ApiKey::IncrementalAlterConfigs, (0, version), request).await?;
+    Ok(in_order(
+        asked.iter().map(|(k, n)| (*k, n)),
+        response.responses,
+        |r| (r.resource_type, &r.resource_name),
+        |kind, name, code, message| {
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(Some(message))
+                .with_resource_type(kind)
+                .with_resource_name(name.clone())
+        },
+    ))
+}
+
+/// Passes an AlterConfigs of topic `resources` on to the upstream, as
+/// [`incremental_alter_topic_configs`] does.
+pub async fn alter_topic_configs(
+    upstream: &Upstream,
+    version: i16,
+    resources: Vec<alter_configs_request::AlterConfigsResource>,
+    validate_only: bool,
+) -> Result<Vec<alter_configs_response::AlterConfigsResourceResponse>, UpstreamError> {
+    let asked: Vec<_> = resources.iter().map(|r| (r.resource_type, r.resource_name.clone())).collect();
+    let request = AlterConfigsRequest::default().with_resources(resources).with_validate_only(validate_only);
+    let (response, _) = ask(upstream, ApiKey::AlterConfigs, (0, version), request).await?;
+    Ok(in_order(
+        asked.iter().map(|(k, n)| (*k, n)),
+        response.responses,
+        |r| (r.resource_type, &r.resource_name),
+        |kind, name, code, message| {
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(Some(message))
+                .with_resource_type(kind)
+                .with_resource_name(name.clone())
+        },
+    ))
+}
+
+/// The upstream's per-resource `answers`, one for each resource `asked` and in its order; a
+/// resource it left out gets UNKNOWN_SERVER_ERROR, made by `missing`.
+fn in_order<'a, R>(
+    asked: impl Iterator<Item = (i8, &'a StrBytes)>,
+    mut answers: Vec<R>,
+    resource_of: impl Fn(&R) -> (i8, &StrBytes),
+    missing: impl Fn(i8, &StrBytes, i16, StrBytes) -> R,
+) -> Vec<R> {
+    asked
+        .map(|(kind, name)| match answers.iter().position(|r| resource_of(r) == (kind, name)) {
+            Some(at) => answers.swap_remove(at),
+            None => missing(
+                kind,
+                name,
+                kafka_protocol::ResponseError::UnknownServerError.code(),
+                StrBytes::from_static_str("the upstream did not answer for this resource"),
+            ),
         })
-        .collect())
+        .collect()
 }
 
 /// A producer id from the upstream, so the sequence numbers of an idempotent producer are the

@@ -16,7 +16,18 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from security import SaslNode
 from test_java_client import JVM, RUN_TIMEOUT_S, java_classpath  # noqa: F401 (a fixture)
@@ -101,6 +112,28 @@ def test_rules_allow_and_deny_with_kafka_errors(node):
         consumer.commit(offsets=[TopicPartition(other, 0, 1)], asynchronous=False)
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused.value
     consumer.close()
+
+
+def test_changing_configs_needs_alter_configs(node):
+    """IncrementalAlterConfigs of a topic needs ALTER_CONFIGS on it (alice may read and write
+    payments.*, not change their configs); of the broker, on the cluster."""
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    change = [ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=change)
+    admin, alice = AdminClient(as_user(node, "admin")), AdminClient(as_user(node, "alice"))
+    with pytest.raises(KafkaException) as refused:
+        alice.incremental_alter_configs([resource], request_timeout=15)[resource].result(20)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused.value
+    broker_id = str(admin.describe_cluster(request_timeout=15).result(20).nodes[0].id)
+    broker = ConfigResource(ResourceType.BROKER, broker_id, incremental_configs=change)
+    with pytest.raises(KafkaException) as refused:
+        alice.incremental_alter_configs([broker], request_timeout=15)[broker].result(20)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused.value
+
+    admin.incremental_alter_configs([resource], request_timeout=15)[resource].result(20)
+    entries = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=15)
+    assert next(iter(entries.values())).result(20)["retention.ms"].value == "7200000"
 
 
 def test_listings_show_only_what_may_be_described(node):

@@ -15,13 +15,14 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
 
 from cluster import Cluster, create_topics_v2, parse_create_topics_v2
 from kafkawire import Conn, fetch_v4, parse_fetch_v4, parse_produce_v3, produce_v3, record_batch
 
 NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
 
 
 def controller(cluster: Cluster, among: list[int] | None = None, timeout: float = 30.0) -> int:
@@ -200,6 +201,10 @@ def test_a_node_that_missed_a_purged_log_installs_the_catalog_snapshot(cluster):
         future.result(30)
     for future in admin.create_partitions([NewPartitions("grown", 6)]).values():
         future.result(30)
+    # The grown topic's configs change too: the snapshot's topic differs in both.
+    limit = [ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)]
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "grown", incremental_configs=limit)]).values():
+        future.result(30)
     bulk = [f"bulk-{i:04d}" for i in range(1050)]
     conn = Conn(f"127.0.0.1:{cluster.kafka[leader]}", timeout=60)
     try:
@@ -222,6 +227,12 @@ def test_a_node_that_missed_a_purged_log_installs_the_catalog_snapshot(cluster):
     for p in range(3, 6):
         if grown[p] == down:
             assert raw_produce(cluster, down, "grown", p, b"after the snapshot") == 0
+    down_admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka[down]}"})
+    described = down_admin.describe_configs([ConfigResource(ResourceType.TOPIC, "grown")])
+    assert next(iter(described.values())).result(30)["max.message.bytes"].value == "2000"
+    for p in range(6):
+        if grown[p] == down:
+            assert raw_produce(cluster, down, "grown", p, b"x" * 5000) == MESSAGE_TOO_LARGE
     on_down = [t for t in bulk[:60] if cluster.topic_as_seen_by(down, t)[2] == [down]]
     assert on_down, "no bulk topic was placed on the returning node"
     for t in on_down:

@@ -1,4 +1,5 @@
-// KafkaJS against corral: admin, idempotent producer (plain and gzip), offsets.
+// KafkaJS against corral: admin (topics and their configs), idempotent producer (plain and gzip),
+// offsets.
 //
 //   node kafkajs_e2e.js BOOTSTRAP TOPIC
 //
@@ -7,7 +8,7 @@
 // consumer groups, which corral does not serve yet). Exits non-zero on any failure.
 'use strict';
 
-const { Kafka, CompressionTypes, logLevel } = require('kafkajs');
+const { Kafka, CompressionTypes, ConfigResourceTypes, logLevel } = require('kafkajs');
 const { check } = require('./checks');
 
 const [bootstrap, topic] = process.argv.slice(2);
@@ -103,6 +104,30 @@ async function main() {
   const after = await admin.listTopics();
   check(!after.includes(scratch), `deleted topic ${scratch} still listed`);
   check(after.includes(topic), `${topic} vanished`);
+
+  // Change the topic's configs (AlterConfigs: the keys named become its whole set) and read them back.
+  const configs = async () => {
+    const described = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: topic }] });
+    const entries = described.resources[0].configEntries;
+    return Object.fromEntries(entries.filter((e) => !e.readOnly && e.configSource === 1).map((e) => [e.configName, e.configValue]));
+  };
+  const entry = (name, value) => ({ name, value });
+  await admin.alterConfigs({
+    validateOnly: false,
+    resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [entry('retention.ms', '7200000'), entry('segment.ms', '900000')] }],
+  });
+  let set = await configs();
+  check(JSON.stringify(set) === JSON.stringify({ 'retention.ms': '7200000', 'segment.ms': '900000' }), `configs after alterConfigs: ${JSON.stringify(set)}`);
+  await admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [entry('retention.ms', '3600000')] }] });
+  set = await configs();
+  check(JSON.stringify(set) === JSON.stringify({ 'retention.ms': '3600000' }), `configs after the second alterConfigs: ${JSON.stringify(set)}`);
+  let refused = null;
+  try {
+    await admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [entry('no.such.config', '1')] }] });
+  } catch (e) {
+    refused = e;
+  }
+  check(refused && refused.type === 'INVALID_CONFIG', `an unknown config key: ${refused && refused.type}`);
 
   await admin.disconnect();
   process.stdout.write(JSON.stringify({ produced }) + '\n');
