@@ -1,5 +1,5 @@
-//! What AlterConfigs and IncrementalAlterConfigs share: which resources a request may change,
-//! and where each goes.
+//! What the config APIs share: the resource types (DescribeConfigs too), and for AlterConfigs
+//! and IncrementalAlterConfigs which resources a request may change, and where each goes.
 //!
 //! A topic's configs are changed through the metadata group (every node applies them to the
 //! partitions it holds); in front of an upstream cluster they are the upstream's, and the
@@ -18,9 +18,9 @@ use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
 use crate::upstream::{Upstream, UpstreamError};
 
-/// Resource types (Kafka's `ConfigResource.Type`).
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
+/// Resource types (Kafka's `ConfigResource.Type`), as DescribeConfigs names them too.
+pub(super) const TOPIC: i8 = 2;
+pub(super) const BROKER: i8 = 4;
 
 /// One resource's outcome: its error code and message on failure.
 pub(super) type Outcome = Result<(), (ResponseError, String)>;

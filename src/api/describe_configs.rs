@@ -13,6 +13,7 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsRe
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::config_changes::{BROKER, TOPIC};
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
 use crate::cluster::TopicError;
@@ -22,10 +23,6 @@ use crate::security::acl::{Operation, Resource};
 use crate::upstream::admin::describe_topic_configs;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
-
-/// Resource types (Kafka's `ConfigResource.Type`).
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
 
 /// One config as reported.
 struct Described {
