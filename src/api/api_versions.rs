@@ -19,6 +19,9 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         || (valid_client_software(&request.client_software_name) && valid_client_software(&request.client_software_version));
     let error_code = if valid { NONE } else { ResponseError::InvalidRequest.code() };
     let mut keys = api_keys();
+    if services.node().upstream.is_some() {
+        keys.retain(|k| !LOCAL_STORAGE_APIS.iter().any(|a| *a as i16 == k.api_key));
+    }
     if let Some(view) = services.node().upstream.as_ref().and_then(|u| u.view()) {
         keys = clamp(keys, &UPSTREAM_APIS, &view.versions);
     }
@@ -62,6 +65,10 @@ const UPSTREAM_APIS: [ApiKey; 9] = [
     ApiKey::AlterConfigs,
     ApiKey::IncrementalAlterConfigs,
 ];
+
+/// APIs about corral's own partition storage: not advertised in front of an upstream cluster,
+/// which holds the data.
+const LOCAL_STORAGE_APIS: [ApiKey; 1] = [ApiKey::DescribeLogDirs];
 
 /// `keys`, with those of `passed_on` advertised no higher than `versions` (what the cluster
 /// they are passed on to serves) and left out if it does not serve them.

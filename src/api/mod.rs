@@ -33,6 +33,7 @@ mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod fetch;
 mod find_coordinator;
 mod groups;
@@ -137,6 +138,7 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     delete_groups::ENTRY,
     offset_delete::ENTRY,
     describe_acls::ENTRY,
+    describe_log_dirs::ENTRY,
     describe_cluster::ENTRY,
     consumer_group_heartbeat::ENTRY,
     consumer_group_describe::ENTRY,

@@ -202,6 +202,7 @@ def test_anonymous_clients_see_nothing(node):
 
 def test_kafka_python_reports_the_denials(node):
     from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient
     from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
     topic = f"payments.{uuid.uuid4().hex[:6]}"
@@ -225,6 +226,16 @@ def test_kafka_python_reports_the_denials(node):
         consumer.poll(timeout_ms=10000)
         consumer.poll(timeout_ms=10000)
     consumer.close()
+
+    # DescribeLogDirs needs DESCRIBE on the cluster. Refused, the answer holds no directory and
+    # CLUSTER_AUTHORIZATION_FAILED, which kafka-python does not look at.
+    for user, listed in (("bob", []), ("admin", [topic])):
+        admin = KafkaAdminClient(**options(user), request_timeout_ms=15000)
+        try:
+            (broker,) = admin.describe_log_dirs([topic])
+            assert [t["name"] for d in broker["log_dirs"] for t in d["topics"]] == listed, broker
+        finally:
+            admin.close()
 
 
 # --- DescribeAcls: the rules as Kafka's ACL bindings ------------------------------------------------
@@ -265,10 +276,9 @@ def test_describe_acls_lists_the_rules(node):
     assert bindings(AdminClient(as_user(node, "bob")), any_filter()) == []
 
 
-def acl_command(classpath: str, directory, bootstrap: str, user: str | None, *args: str) -> subprocess.CompletedProcess:
-    """Kafka's own kafka-acls (org.apache.kafka.tools.AclCommand), as `user` over SCRAM (None:
-    PLAINTEXT, no login)."""
-    command = [*JVM, "-cp", classpath, ACL_COMMAND, "--bootstrap-server", bootstrap]
+def kafka_tool(classpath: str, directory, bootstrap: str, user: str | None, main: str, *args: str) -> subprocess.CompletedProcess:
+    """One of Kafka's own tools (`main`), as `user` over SCRAM (None: PLAINTEXT, no login)."""
+    command = [*JVM, "-cp", classpath, main, "--bootstrap-server", bootstrap]
     if user is not None:
         props = directory / f"{user}.properties"
         props.write_text(
@@ -277,6 +287,22 @@ def acl_command(classpath: str, directory, bootstrap: str, user: str | None, *ar
         )
         command += ["--command-config", str(props)]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def acl_command(classpath: str, directory, bootstrap: str, user: str | None, *args: str) -> subprocess.CompletedProcess:
+    """Kafka's own kafka-acls (org.apache.kafka.tools.AclCommand)."""
+    return kafka_tool(classpath, directory, bootstrap, user, ACL_COMMAND, *args)
+
+
+def test_kafka_log_dirs_tool_needs_describe_on_the_cluster(node, java_classpath, tmp_path):
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    tool = "org.apache.kafka.tools.LogDirsCommand"
+    denied = kafka_tool(java_classpath, tmp_path, node.sasl_bootstrap, "bob", tool, "--describe", "--topic-list", topic)
+    assert "ClusterAuthorizationException" in denied.stdout + denied.stderr, denied
+    shown = kafka_tool(java_classpath, tmp_path, node.sasl_bootstrap, "admin", tool, "--describe", "--topic-list", topic)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert f'"partition":"{topic}-0"' in shown.stdout, shown.stdout
 
 
 def test_kafka_acls_tool_lists_the_rules_and_cannot_add(node, java_classpath, tmp_path):
