@@ -7,7 +7,7 @@
 //! partitions' data is the upstream's: this API is not advertised there, and a request gets an
 //! empty answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -36,9 +36,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     if node.upstream.is_some() {
         return Ok(Handled::Now(ctx.respond(&DescribeLogDirsResponse::default())));
     }
-    // The partitions asked for: topic name → indexes; None = every partition.
-    let wanted: Option<BTreeMap<String, Vec<i32>>> =
-        request.topics.map(|topics| topics.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
+    // The partitions asked for; None = every partition.
+    let wanted: Option<HashMap<String, HashSet<i32>>> = request.topics.map(|topics| {
+        let mut wanted: HashMap<String, HashSet<i32>> = HashMap::new();
+        for t in topics {
+            wanted.entry(t.topic.0.to_string()).or_default().extend(t.partitions);
+        }
+        wanted
+    });
     Ok(Handled::Later(Box::pin(async move {
         // Each shard's partitions and their sizes, gathered on the shards that own them.
         let jobs = (0..node.mesh.shard_count()).map(|shard| {
@@ -49,10 +54,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
         for (topic_id, index, size) in futures_util::future::join_all(jobs).await.into_iter().flatten().flatten() {
             let Some(topic) = node.catalog.get_by_id(topic_id) else { continue };
-            if let Some(wanted) = &wanted {
-                if !wanted.get(&topic.name).is_some_and(|indexes| indexes.contains(&index)) {
-                    continue;
-                }
+            if wanted.as_ref().is_some_and(|wanted| !wanted.get(&topic.name).is_some_and(|indexes| indexes.contains(&index))) {
+                continue;
             }
             let partition = DescribeLogDirsPartition::default().with_partition_index(index).with_partition_size(size as i64);
             topics.entry(topic.name.clone()).or_default().push(partition);
