@@ -1,9 +1,11 @@
 """Changing a topic's configs: IncrementalAlterConfigs and AlterConfigs, with real clients.
 
-Every scenario runs on corral, on Apache Kafka 4.4 (the reference: the same calls, the same
-answers), on corral in front of Kafka (the upstream keeps topic configs, and corral passes the
-change on) and through a sidecar. The change must show in DescribeConfigs and take effect: a
-`max.message.bytes` lowered makes a larger record fail with MSG_SIZE_TOO_LARGE.
+The scenarios with a `target` run on corral, on Apache Kafka 4.4 (the reference: the same calls,
+the same answers), on corral in front of Kafka (the upstream keeps topic configs, and corral
+passes the change on) and through a sidecar. The change must show in DescribeConfigs and take
+effect: a `max.message.bytes` lowered makes a larger record fail with MSG_SIZE_TOO_LARGE. The
+others cover a restart, three nodes, raw requests sent to Kafka and to corral, Kafka's
+kafka-configs tool and kafka-python.
 """
 
 from __future__ import annotations
