@@ -54,7 +54,7 @@ fn api_keys() -> Vec<ApiVersion> {
 /// The APIs corral passes on to the upstream: advertised no higher than the upstream serves them,
 /// and not at all if it does not. Group APIs stay corral's own (a sidecar's go to its group
 /// service, and are clamped to what it serves in the same way).
-const UPSTREAM_APIS: [ApiKey; 9] = [
+const UPSTREAM_APIS: [ApiKey; 10] = [
     ApiKey::Produce,
     ApiKey::Fetch,
     ApiKey::ListOffsets,
@@ -64,6 +64,7 @@ const UPSTREAM_APIS: [ApiKey; 9] = [
     ApiKey::InitProducerId,
     ApiKey::AlterConfigs,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::DeleteRecords,
 ];
 
 /// APIs about corral's own partition storage: not advertised in front of an upstream cluster,

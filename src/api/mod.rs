@@ -28,6 +28,7 @@ mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
 mod describe_acls;
 mod describe_cluster;
@@ -139,6 +140,7 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     offset_delete::ENTRY,
     describe_acls::ENTRY,
     describe_log_dirs::ENTRY,
+    delete_records::ENTRY,
     describe_cluster::ENTRY,
     consumer_group_heartbeat::ENTRY,
     consumer_group_describe::ENTRY,

@@ -50,6 +50,7 @@ pub fn leads_body(api: ApiKey, version: i16) -> bool {
         CreatePartitions => CreatePartitionsResponse,
         DescribeCluster => DescribeClusterResponse,
         DescribeAcls => DescribeAclsResponse,
+        DeleteRecords => DeleteRecordsResponse,
         DescribeLogDirs => DescribeLogDirsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
         ConsumerGroupDescribe => ConsumerGroupDescribeResponse,

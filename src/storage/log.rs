@@ -24,6 +24,9 @@ const PRODUCER_SNAPSHOT: &str = "producer.snapshot";
 /// The offset below which every segment was fsynced (Kafka's recovery point): after a crash,
 /// segments that reach past it are checked batch by batch, those below it are trusted.
 const RECOVERY_POINT: &str = "recovery-point";
+/// The log start offset that DeleteRecords moved into a segment (Kafka's log-start-offset
+/// checkpoint, one file per partition). Absent while the log starts at its first segment.
+const LOG_START_OFFSET: &str = "log-start-offset";
 
 /// Result of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,9 @@ pub struct PartitionLog {
     sync_failed: Option<String>,
     /// The recovery point last written.
     recovery_point: i64,
+    /// Where DeleteRecords put the start of the log; records below it are gone to readers even
+    /// while their segment remains. The log starts at the larger of this and its first segment.
+    deleted_before: i64,
 }
 
 impl PartitionLog {
@@ -128,6 +134,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             sync_failed: None,
             recovery_point: 0,
+            deleted_before: 0,
         }
     }
 
@@ -187,6 +194,9 @@ impl PartitionLog {
         report.segments = segments.len();
         let mut log = PartitionLog::with_segments(files, dir, config, segments);
         log.recovery_point = recovery_point;
+        // A start past the end (the log's tail lost in a crash) cannot be: the log then starts
+        // at its end.
+        log.deleted_before = read_log_start_offset(dir).min(log.log_end_offset());
         // Sealed segments whose indexes were rebuilt write them now; the next fsync covers them
         // before the recovery point moves past them.
         let sealed = log.segments.len() - 1;
@@ -219,7 +229,35 @@ impl PartitionLog {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        *self.segments.keys().next().expect("a log always has a segment")
+        let first = *self.segments.keys().next().expect("a log always has a segment");
+        first.max(self.deleted_before)
+    }
+
+    /// Moves the start of the log to `offset` (DeleteRecords): records below it are no longer
+    /// read, listed or counted, and the segments wholly below it are deleted. An offset at or
+    /// below the current start changes nothing; one past the log end is refused. Returns the new
+    /// log start offset.
+    ///
+    /// The new start is written at once (a killed process keeps it) and fsynced by the
+    /// partition's next flush, as an append is.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, StorageError> {
+        self.check_sync()?;
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < 0 || offset > end {
+            return Err(StorageError::OffsetOutOfRange { requested: offset, start, end });
+        }
+        if offset <= start {
+            return Ok(start);
+        }
+        let path = self.dir.join(LOG_START_OFFSET);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, offset.to_string())?;
+        std::fs::rename(&tmp, &path)?;
+        self.unsynced.push(SyncTarget::Path(path));
+        self.dir_unsynced = true;
+        self.deleted_before = offset;
+        self.delete_segments_before(offset)?;
+        Ok(offset)
     }
 
     /// Offset the next appended record gets. On one node this is also the high watermark.
@@ -361,7 +399,8 @@ impl PartitionLog {
     /// The lookup of the first record with a timestamp at or after `timestamp`, to run off the
     /// shard thread ([`TimestampLookup::run`] gives `(offset, timestamp)`).
     pub fn timestamp_lookup(&self, timestamp: i64) -> TimestampLookup {
-        TimestampLookup { scans: self.segments.values().filter_map(|s| s.timestamp_scan(timestamp)).collect() }
+        let start = self.log_start_offset();
+        TimestampLookup { scans: self.segments.values().filter_map(|s| s.timestamp_scan(timestamp, start)).collect() }
     }
 
     /// The lookup of the record with the largest timestamp in the log (ListOffsets MAX_TIMESTAMP).
@@ -373,7 +412,8 @@ impl PartitionLog {
     /// Deletes the oldest segments that are past `retention.ms` or beyond `retention.bytes`.
     /// The active segment is rolled first when everything in it has expired.
     pub fn apply_retention(&mut self, now_ms: i64) -> Result<RetentionReport, StorageError> {
-        let mut report = RetentionReport::default();
+        // Segments a DeleteRecords left wholly below the start (a crash can leave them).
+        let mut report = self.delete_segments_before(self.deleted_before)?;
         if self.config.retention_ms >= 0 {
             let active = self.active();
             let expired = |s: &Segment| s.max_timestamp >= 0 && now_ms - s.max_timestamp > self.config.retention_ms;
@@ -405,7 +445,8 @@ impl PartitionLog {
     }
 
     /// Deletes every segment that ends before `offset` (never the active one): the log then
-    /// starts at the first remaining segment. Used to drop what a compaction checkpoint replaced.
+    /// starts at the first remaining segment, or at the start DeleteRecords set, if later. Used
+    /// to drop what a compaction checkpoint replaced and what DeleteRecords deleted.
     pub fn delete_segments_before(&mut self, offset: i64) -> Result<RetentionReport, StorageError> {
         let mut report = RetentionReport::default();
         while self.segments.len() > 1 {
@@ -543,7 +584,16 @@ pub(crate) fn write_recovery_point(path: &Path, offset: i64) -> io::Result<()> {
 
 /// The recovery point of a partition directory; 0 (check everything) when there is none.
 fn read_recovery_point(dir: &Path) -> i64 {
-    std::fs::read_to_string(dir.join(RECOVERY_POINT)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    read_offset_file(&dir.join(RECOVERY_POINT))
+}
+
+/// The log start offset DeleteRecords left in a partition directory; 0 when there is none.
+fn read_log_start_offset(dir: &Path) -> i64 {
+    read_offset_file(&dir.join(LOG_START_OFFSET))
+}
+
+fn read_offset_file(path: &Path) -> i64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
 /// Flushes everything written to the file system that holds `dir` (syncfs(2)): one call for

@@ -295,13 +295,13 @@ impl Segment {
         Ok(Some((FileSlice { file: log, position: found.position, len }, first_len.min(available))))
     }
 
-    /// The scan that finds the first record with a timestamp at or after `timestamp`, `None` when
-    /// every record here is older.
-    pub(crate) fn timestamp_scan(&self, timestamp: i64) -> Option<TimestampScan> {
-        if self.max_timestamp < timestamp {
+    /// The scan that finds the first record with a timestamp at or after `timestamp` and an
+    /// offset at or after `log_start`; `None` when every record here is older or below it.
+    pub(crate) fn timestamp_scan(&self, timestamp: i64, log_start: i64) -> Option<TimestampScan> {
+        if self.max_timestamp < timestamp || self.next_offset <= log_start {
             return None;
         }
-        Some(self.scan_from(self.time_index.lookup(timestamp), Target::AtOrAfter(timestamp)))
+        Some(self.scan_from(self.time_index.lookup(timestamp).max(log_start), Target::AtOrAfter(timestamp)))
     }
 
     /// The scan that finds the record holding this segment's largest timestamp.

@@ -453,3 +453,50 @@ fn partitions_share_a_bounded_set_of_open_files_and_write_indexes_when_sealed() 
     assert_eq!((report.segments, report.recovered_batches, log.log_end_offset()), (2, 0, 4));
     assert_eq!(log.read(1, 1 << 20, true).unwrap().slice.map(|s| batch_offsets(&slice_bytes(&s))), Some(vec![1, 2]));
 }
+
+#[test]
+fn deleting_records_moves_the_start_into_a_segment_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let one = batch(3, Codec::None, None, 1000);
+    let cfg = LogConfig { segment_bytes: 2 * one.len() as u64, ..config() };
+    let mut log = PartitionLog::create(&files(), &path, cfg, 0);
+    for i in 0..6 {
+        log.append(&batch(3, Codec::None, None, 1000 + i), 0).unwrap();
+    }
+    // Segments of two batches each: bases 0, 6 and 12; offsets 0..18.
+    assert_eq!(log.segment_count(), 3);
+    assert!(matches!(log.delete_records_before(19), Err(StorageError::OffsetOutOfRange { requested: 19, .. })));
+    assert!(matches!(log.delete_records_before(-2), Err(StorageError::OffsetOutOfRange { .. })));
+
+    assert_eq!(log.delete_records_before(8).unwrap(), 8);
+    assert_eq!(log.log_start_offset(), 8);
+    // The segment wholly below the start is gone; the one holding it stays.
+    assert_eq!(log.segment_count(), 2);
+    assert!(matches!(log.read(7, 1 << 20, true), Err(StorageError::OffsetOutOfRange { requested: 7, start: 8, end: 18 })));
+    // A read at the start gets the whole batch holding it, as Kafka sends it.
+    let read = log.read(8, 1 << 20, true).unwrap();
+    assert_eq!(batch_offsets(&slice_bytes(&read.slice.unwrap())), vec![6, 9]);
+    assert_eq!(read.log_start_offset, 8);
+    // An earlier offset changes nothing.
+    assert_eq!(log.delete_records_before(3).unwrap(), 8);
+    // A timestamp lookup finds no record below the start (offset 6 has timestamp 1002).
+    assert_eq!(log.timestamp_lookup(0).run().unwrap().map(|(offset, _)| offset), Some(8));
+
+    // Written at once: a reopen after a crash (no clean close) and after a clean one keep it.
+    drop(log);
+    let (log, _) = PartitionLog::open(&files(), &path, cfg, false, 0).unwrap();
+    assert_eq!(log.log_start_offset(), 8);
+    drop(log);
+    let (mut log, _) = PartitionLog::open(&files(), &path, cfg, true, 0).unwrap();
+    assert_eq!(log.log_start_offset(), 8);
+
+    // Up to the log end: nothing is left to read, and appends go on from the end.
+    assert_eq!(log.delete_records_before(18).unwrap(), 18);
+    assert_eq!(log.log_start_offset(), 18);
+    assert!(log.read(18, 1 << 20, true).unwrap().slice.is_none());
+    assert_eq!(log.append(&one, 0).unwrap().base_offset, 18);
+    let unsynced = log.take_unsynced().unwrap();
+    let start_file = |t: &super::SyncTarget| matches!(t, super::SyncTarget::Path(p) if p.ends_with("log-start-offset"));
+    assert!(unsynced.iter().any(start_file), "the next flush fsyncs the start's file");
+}

@@ -1,5 +1,5 @@
-//! The partition store: the one boundary between the data APIs (Produce, Fetch, ListOffsets)
-//! and wherever a partition's records live.
+//! The partition store: the one boundary between the data APIs (Produce, Fetch, ListOffsets,
+//! DeleteRecords) and wherever a partition's records live.
 //!
 //! Handlers in `api/` name partitions and say what they want; a store decides where each
 //! partition's data is ([`placement`]) and goes there. Handlers never borrow a log, check
@@ -133,6 +133,17 @@ pub struct OffsetQuery {
     pub isolation_level: i8,
 }
 
+/// What a DeleteRecords entry asks for: every record of the partition below `offset` deleted.
+#[derive(Debug, Clone)]
+pub struct Deletion {
+    pub partition: PartitionRef,
+    /// The new log start offset; -1: the high watermark (delete every record).
+    pub offset: i64,
+}
+
+/// DeleteRecords' offset that names the high watermark.
+pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
+
 /// A found offset: `(offset, timestamp)`, the timestamp -1 where the spec has none.
 pub type FoundOffset = Option<(i64, i64)>;
 
@@ -153,6 +164,11 @@ pub trait PartitionStore: std::fmt::Debug {
 
     /// Answers each query.
     fn list_offsets(&self, queries: Vec<OffsetQuery>) -> LocalBoxFuture<'static, Results<FoundOffset>>;
+
+    /// Moves each partition's log start offset up to the deletion's offset; answers the log
+    /// start offset after it (Kafka's low watermark). An offset past the high watermark is
+    /// OFFSET_OUT_OF_RANGE; one at or below the log start changes nothing.
+    fn delete_records(&self, deletions: Vec<Deletion>) -> LocalBoxFuture<'static, Results<i64>>;
 }
 
 /// Why the store could not serve a partition; one mapping to Kafka error codes.

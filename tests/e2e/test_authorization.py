@@ -136,6 +136,22 @@ def test_changing_configs_needs_alter_configs(node):
     assert next(iter(entries.values())).result(20)["retention.ms"].value == "7200000"
 
 
+def test_deleting_records_needs_delete(node):
+    """DeleteRecords needs DELETE on the topic: alice may read and write payments.*, not cut them."""
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    producer = Producer(as_user(node, "alice"))
+    for i in range(3):
+        producer.produce(topic, f"v{i}".encode(), partition=0)
+    assert producer.flush(20) == 0
+    admin, alice = AdminClient(as_user(node, "admin")), AdminClient(as_user(node, "alice"))
+    wanted = [TopicPartition(topic, 0, 1)]
+    with pytest.raises(KafkaException) as refused:
+        alice.delete_records(wanted, request_timeout=15)[wanted[0]].result(20)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused.value
+    assert admin.delete_records(wanted, request_timeout=15)[wanted[0]].result(20).low_watermark == 1
+
+
 def test_listings_show_only_what_may_be_described(node):
     topic, other = f"payments.{uuid.uuid4().hex[:6]}", f"orders.{uuid.uuid4().hex[:6]}"
     create_topics(node, topic, other)

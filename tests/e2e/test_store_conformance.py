@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # The cases of t25_store.rs: every one must have run and passed.
-CASES = 13
+CASES = 14
 
 
 def test_the_store_conformance_suite_passes_against_kafka(apache_kafka_classic):

@@ -24,7 +24,10 @@ use bytes::Bytes;
 use corral::chunk::Chunk;
 use corral::config::StorageBackend;
 use corral::runtime::Shard;
-use corral::store::{Append, AppendPlan, FetchPlan, OffsetQuery, OffsetSpec, PartitionData, PartitionFetch, PartitionRef, PartitionStore};
+use corral::store::{
+    Append, AppendPlan, Deletion, FetchPlan, OffsetQuery, OffsetSpec, PartitionData, PartitionFetch, PartitionRef, PartitionStore,
+    DELETE_TO_HIGH_WATERMARK,
+};
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
@@ -61,6 +64,9 @@ enum Deviation {
     /// ListOffsets by timestamp answers offset 0 whatever the timestamp (Kafka: the first record
     /// at or after it, or none).
     NoTimestampLookups,
+    /// DeleteRecords is advertised, but the memory storage does not implement it: the broker's
+    /// task fails and the connection closes (Kafka: the log start moves).
+    NoDeleteRecords,
 }
 
 /// Tansu 0.6's deviations.
@@ -72,6 +78,7 @@ const TANSU: &[Deviation] = &[
     Deviation::RefusesUnknownProducerIds,
     Deviation::LatestEndsAtTheLastBatchStart,
     Deviation::NoTimestampLookups,
+    Deviation::NoDeleteRecords,
 ];
 
 /// Whether the upstream under test answers as `deviation` says.
@@ -190,6 +197,10 @@ async fn offset_of(store: &dyn PartitionStore, partition: &PartitionRef, spec: O
     store.list_offsets(vec![query]).await.remove(0).map_err(|e| e.code())
 }
 
+async fn delete_before(store: &dyn PartitionStore, partition: &PartitionRef, offset: i64) -> Result<i64, ResponseError> {
+    store.delete_records(vec![Deletion { partition: partition.clone(), offset }]).await.remove(0).map_err(|e| e.code())
+}
+
 /// Three batches of 5 records, at T0, T0 + 1 s and T0 + 2 s.
 fn three_batches() -> [Bytes; 3] {
     [batch(5, T0, None), batch(5, T0 + 1000, None), batch(5, T0 + 2000, None)]
@@ -250,6 +261,34 @@ fn a_fetch_outside_the_log_is_out_of_range() {
             }
             assert_eq!(fetch_one(store, &p0, 16).await.unwrap_err(), ResponseError::OffsetOutOfRange);
             assert_eq!(fetch_one(store, &p0, -1).await.unwrap_err(), ResponseError::OffsetOutOfRange);
+        })
+    });
+}
+
+/// DeleteRecords moves the log start into a batch: reads below it are out of range, the earliest
+/// offset is the new start, and a read at the start gets the whole batch holding it.
+#[test]
+fn deleting_records_moves_the_log_start() {
+    run(|store, [p0, p1]| {
+        Box::pin(async move {
+            append(store, &p0, &three_batches()).await;
+            if deviates(Deviation::NoDeleteRecords) {
+                assert!(delete_before(store, &p0, 7).await.is_err());
+                return;
+            }
+            assert_eq!(delete_before(store, &p0, 7).await, Ok(7));
+            assert_eq!(offset_of(store, &p0, OffsetSpec::Earliest).await, Ok(Some((7, -1))));
+            assert_eq!(fetch_one(store, &p0, 6).await.unwrap_err(), ResponseError::OffsetOutOfRange);
+            let mut data = fetch_one(store, &p0, 7).await.unwrap();
+            assert_eq!(data.log_start_offset, 7);
+            assert_eq!(crate::requests::batch_offsets(&bytes_of(&mut data).await), vec![5, 10]);
+            // An earlier offset changes nothing; one past the high watermark is refused.
+            assert_eq!(delete_before(store, &p0, 3).await, Ok(7));
+            assert_eq!(delete_before(store, &p0, 16).await, Err(ResponseError::OffsetOutOfRange));
+            // -1 is the high watermark; an empty partition's is 0.
+            assert_eq!(delete_before(store, &p0, DELETE_TO_HIGH_WATERMARK).await, Ok(15));
+            assert_eq!(delete_before(store, &p1, DELETE_TO_HIGH_WATERMARK).await, Ok(0));
+            assert_eq!(append(store, &p0, &three_batches()[..1]).await, vec![Ok(15)]);
         })
     });
 }

@@ -1,14 +1,10 @@
 //! Offset lookups: the log's bounds answered on the owning shard; timestamp lookups (reads and
 //! decompression) on a blocking thread, a few requests at a time.
 
-use std::collections::HashMap;
 use std::rc::Rc;
 
-use uuid::Uuid;
-
-use crate::runtime::{Shard, ShardId};
+use crate::runtime::Shard;
 use crate::storage::{PartitionLog, TimestampLookup};
-use crate::store::placement::local_shard;
 use crate::store::{FoundOffset, OffsetQuery, OffsetSpec, Results, StoreError};
 
 /// Requests whose timestamp lookups run at once on the node (the others wait).
@@ -30,46 +26,12 @@ enum Planned {
 }
 
 pub(super) async fn list_offsets(shard: &Rc<Shard>, queries: Vec<OffsetQuery>) -> Results<FoundOffset> {
-    let node = &shard.node;
-    let mut jobs: HashMap<ShardId, Vec<(Uuid, i32, OffsetSpec)>> = HashMap::new();
-    let slots: Vec<Result<(ShardId, usize), StoreError>> = queries
-        .into_iter()
-        .map(|q| {
-            let target = local_shard(node, &q.partition, q.current_leader_epoch)?;
-            let queue = jobs.entry(target).or_default();
-            queue.push((q.partition.topic.id, q.partition.index, q.spec));
-            Ok((target, queue.len() - 1))
-        })
-        .collect();
-
-    let mut replies = HashMap::with_capacity(jobs.len());
-    for (target, list) in jobs {
-        let reply = node.mesh.call(shard, target, move |owner| {
-            list.into_iter()
-                .map(|(id, partition, spec)| match owner.partition(id, partition) {
-                    Some(p) => plan(&p.log.borrow(), spec),
-                    None => Planned::Done(Err(StoreError::UnknownPartition)),
-                })
-                .collect::<Vec<Planned>>()
-        });
-        replies.insert(target, reply.await);
+    let items = queries.iter().map(|q| (&q.partition, q.current_leader_epoch, q.spec)).collect();
+    let planned = super::on_owning_shards(shard, items, |partition, spec| Ok(plan(&partition.log.borrow(), spec))).await;
+    match run_scans(planned).await {
+        Some(results) => results,
+        None => (0..queries.len()).map(|_| Err(StoreError::Failed("the timestamp lookup failed"))).collect(),
     }
-    let mut planned: Vec<(ShardId, Vec<Planned>)> = Vec::with_capacity(replies.len());
-    for (target, reply) in replies {
-        planned.push((target, reply.await.unwrap_or_default()));
-    }
-    let mut results = run_scans(planned).await;
-    slots
-        .into_iter()
-        .map(|slot| {
-            let (target, position) = slot?;
-            let Some(results) = results.as_mut() else { return Err(StoreError::Failed("the timestamp lookup failed")) };
-            let answer = results.get_mut(&target).and_then(|list| list.get_mut(position));
-            answer.map_or(Err(StoreError::Unavailable("the partition's shard is shutting down")), |a| {
-                std::mem::replace(a, Err(StoreError::UnknownPartition))
-            })
-        })
-        .collect()
 }
 
 /// What answers a query: `(offset, timestamp)`, or `None` when no record matches.
@@ -85,25 +47,19 @@ fn plan(log: &PartitionLog, spec: OffsetSpec) -> Planned {
     }
 }
 
-/// Runs every timestamp lookup of the request on one blocking thread and returns each shard's
-/// answers in its job order; `None` if that thread failed.
-async fn run_scans(planned: Vec<(ShardId, Vec<Planned>)>) -> Option<HashMap<ShardId, Vec<Lookup>>> {
-    let has_scans = planned.iter().any(|(_, list)| list.iter().any(|p| matches!(p, Planned::Scan { lookup, .. } if !lookup.is_empty())));
-    let finish = move |planned: Vec<(ShardId, Vec<Planned>)>| -> HashMap<ShardId, Vec<Lookup>> {
+/// Runs every timestamp lookup of the request on one blocking thread; the answers in the order
+/// of `planned`, `None` if that thread failed.
+async fn run_scans(planned: Vec<Result<Planned, StoreError>>) -> Option<Results<FoundOffset>> {
+    let has_scans = planned.iter().any(|p| matches!(p, Ok(Planned::Scan { lookup, .. }) if !lookup.is_empty()));
+    let finish = move |planned: Vec<Result<Planned, StoreError>>| -> Results<FoundOffset> {
         planned
             .into_iter()
-            .map(|(target, list)| {
-                let answers = list
-                    .into_iter()
-                    .map(|p| match p {
-                        Planned::Done(answer) => answer,
-                        Planned::Scan { lookup, or_end: None } => lookup.run().map_err(StoreError::Storage),
-                        Planned::Scan { lookup, or_end: Some(end) } => {
-                            lookup.run().map(|found| Some((found.map_or(end, |(offset, _)| offset), -1))).map_err(StoreError::Storage)
-                        }
-                    })
-                    .collect();
-                (target, answers)
+            .map(|p| match p? {
+                Planned::Done(answer) => answer,
+                Planned::Scan { lookup, or_end: None } => lookup.run().map_err(StoreError::Storage),
+                Planned::Scan { lookup, or_end: Some(end) } => {
+                    lookup.run().map(|found| Some((found.map_or(end, |(offset, _)| offset), -1))).map_err(StoreError::Storage)
+                }
             })
             .collect()
     };

@@ -5,15 +5,22 @@
 //! per partition.
 
 mod append;
+mod delete_records;
 mod fetch;
 mod list_offsets;
 
+use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 use futures_util::future::LocalBoxFuture;
+use uuid::Uuid;
 
-use super::{AppendPlan, Appended, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionStore, Results};
-use crate::runtime::Shard;
+use super::placement::local_shard;
+use super::{
+    AppendPlan, Appended, Deletion, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionRef, PartitionStore, Results, StoreError,
+};
+use crate::runtime::{Shard, ShardId};
+use crate::storage::partition::Partition;
 
 /// The local store of one shard.
 #[derive(Debug)]
@@ -59,4 +66,64 @@ impl PartitionStore for LocalStore {
             }
         })
     }
+
+    fn delete_records(&self, deletions: Vec<Deletion>) -> LocalBoxFuture<'static, Results<i64>> {
+        let shard = self.shard();
+        Box::pin(async move {
+            match shard {
+                Some(shard) => delete_records::delete_records(&shard, deletions).await,
+                None => deletions.iter().map(|_| Err(StoreError::Unavailable("the shard is shutting down"))).collect(),
+            }
+        })
+    }
+}
+
+/// Runs `work` on the shard that owns each item's partition (`current_leader_epoch` checked as
+/// [`local_shard`] does), one mesh call per shard; the answers in the order of `items`.
+async fn on_owning_shards<I, T>(
+    shard: &Rc<Shard>,
+    items: Vec<(&PartitionRef, i32, I)>,
+    work: fn(&Partition, I) -> Result<T, StoreError>,
+) -> Results<T>
+where
+    I: Send + 'static,
+    T: Send + Unpin + 'static,
+{
+    let node = &shard.node;
+    let mut jobs: HashMap<ShardId, Vec<(Uuid, i32, I)>> = HashMap::new();
+    let slots: Vec<Result<(ShardId, usize), StoreError>> = items
+        .into_iter()
+        .map(|(partition, current_leader_epoch, item)| {
+            let target = local_shard(node, partition, current_leader_epoch)?;
+            let queue = jobs.entry(target).or_default();
+            queue.push((partition.topic.id, partition.index, item));
+            Ok((target, queue.len() - 1))
+        })
+        .collect();
+    let mut replies = HashMap::with_capacity(jobs.len());
+    for (target, list) in jobs {
+        let reply = node.mesh.call(shard, target, move |owner| {
+            list.into_iter()
+                .map(|(id, index, item)| match owner.partition(id, index) {
+                    Some(partition) => work(&partition, item),
+                    None => Err(StoreError::UnknownPartition),
+                })
+                .collect::<Vec<Result<T, StoreError>>>()
+        });
+        replies.insert(target, reply.await);
+    }
+    let mut answers: HashMap<ShardId, Vec<Result<T, StoreError>>> = HashMap::with_capacity(replies.len());
+    for (target, reply) in replies {
+        answers.insert(target, reply.await.unwrap_or_default());
+    }
+    slots
+        .into_iter()
+        .map(|slot| {
+            let (target, position) = slot?;
+            let answer = answers.get_mut(&target).and_then(|list| list.get_mut(position));
+            answer.map_or(Err(StoreError::Unavailable("the partition's shard is shutting down")), |a| {
+                std::mem::replace(a, Err(StoreError::UnknownPartition))
+            })
+        })
+        .collect()
 }

@@ -16,7 +16,7 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{note, split, upstream_error, worth_retrying, AppendPlan, Appended, Results, StoreError};
+use super::{find_partition, note, split, upstream_error, worth_retrying, AppendPlan, Appended, Results, StoreError};
 use crate::upstream::pool::Pool;
 use crate::upstream::{UpstreamError, UpstreamView};
 
@@ -169,12 +169,7 @@ async fn collect(
             Ok(Some(response)) => {
                 for &i in &positions {
                     let wanted = &plan.batches[i].partition;
-                    let found = response
-                        .responses
-                        .iter()
-                        .filter(|t| t.name.0.as_str() == wanted.topic.name)
-                        .flat_map(|t| &t.partition_responses)
-                        .find(|p| p.index == wanted.index);
+                    let found = find_partition(&response.responses, wanted, |t| &t.name, |t| &t.partition_responses, |p| p.index);
                     let result = match found {
                         None => Err(StoreError::Failed("the upstream's produce response lacks a partition")),
                         Some(p) if p.error_code == 0 => Ok(Appended { base_offset: p.base_offset, log_start_offset: p.log_start_offset }),

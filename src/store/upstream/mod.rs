@@ -13,7 +13,9 @@
 //! client's `max_wait_ms`).
 
 mod append;
+mod delete_records;
 mod fetch;
+mod leaders;
 mod list_offsets;
 
 use std::collections::BTreeMap;
@@ -25,7 +27,9 @@ use kafka_protocol::ResponseError;
 
 use super::local::LocalStore;
 use super::placement::{self, Location};
-use super::{AppendPlan, Appended, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionRef, PartitionStore, Results, StoreError};
+use super::{
+    AppendPlan, Appended, Deletion, FetchPlan, FoundOffset, OffsetQuery, PartitionData, PartitionRef, PartitionStore, Results, StoreError,
+};
 use crate::upstream::pool::Pool;
 use crate::upstream::{Upstream, UpstreamView};
 
@@ -64,6 +68,12 @@ impl PartitionStore for UpstreamStore {
         let (local, remote) = divide(queries, |q| placement::stays_local(&q.partition));
         let local_read = (!local.1.is_empty()).then(|| self.local.list_offsets(local.1));
         read_both((local.0, local_read), (remote.0, list_offsets::list_offsets(self.pool.clone(), remote.1)))
+    }
+
+    fn delete_records(&self, deletions: Vec<Deletion>) -> LocalBoxFuture<'static, Results<i64>> {
+        // DeleteRecords refuses internal topics before the store is asked.
+        let pool = self.pool.clone();
+        Box::pin(async move { delete_records::delete_records(&pool, &deletions).await })
     }
 }
 
@@ -117,6 +127,17 @@ fn means_stale(code: i16) -> bool {
     ]
     .iter()
     .any(|e| e.code() == code)
+}
+
+/// The answer for `wanted` in a response's lists of partitions by topic.
+fn find_partition<'a, T, P>(
+    topics: &'a [T],
+    wanted: &PartitionRef,
+    name: impl Fn(&T) -> &str,
+    partitions: impl Fn(&'a T) -> &'a [P],
+    index: impl Fn(&P) -> i32,
+) -> Option<&'a P> {
+    topics.iter().filter(|t| name(t) == wanted.topic.name).flat_map(partitions).find(|p| index(p) == wanted.index)
 }
 
 /// A partition's error as the upstream gave it.

@@ -129,6 +129,19 @@ async function main() {
   }
   check(refused && refused.type === 'INVALID_CONFIG', `an unknown config key: ${refused && refused.type}`);
 
+  // deleteTopicRecords, on a topic of its own (the main topic is read whole afterwards).
+  const cut = `${topic}-cut`;
+  await admin.createTopics({ topics: [{ topic: cut, numPartitions: 1, replicationFactor: 1 }], waitForLeaders: true });
+  const cutter = kafka.producer();
+  await cutter.connect();
+  await cutter.send({ topic: cut, acks: -1, messages: [0, 1, 2, 3, 4].map((i) => ({ value: `cut ${i}` })) });
+  await cutter.disconnect();
+  // The admin finds leaders only among the topics its metadata covers.
+  await admin.fetchTopicMetadata({ topics: [cut] });
+  await admin.deleteTopicRecords({ topic: cut, partitions: [{ partition: 0, offset: '3' }] });
+  const [bounds] = await admin.fetchTopicOffsets(cut);
+  check(Number(bounds.low) === 3 && Number(bounds.high) === 5, `after deleteTopicRecords: low ${bounds.low}, high ${bounds.high}`);
+
   await admin.disconnect();
   process.stdout.write(JSON.stringify({ produced }) + '\n');
 }
