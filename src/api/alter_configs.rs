@@ -1,5 +1,6 @@
-//! AlterConfigs (key 33), the older way to change configs: a topic's explicitly set configs
-//! replaced as a whole by those the request names (kafka-python's and KafkaJS's alterConfigs).
+//! AlterConfigs (key 33), the older way to change configs: a topic's or a consumer group's
+//! explicitly set configs replaced as a whole by those the request names (kafka-python's and
+//! KafkaJS's alterConfigs).
 
 use std::rc::Rc;
 
@@ -9,8 +10,9 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
 use kafka_protocol::ResponseError;
 
-use super::config_changes::{answer_all, distinct_keys, resource_types, topic_refusal, Outcome};
+use super::config_changes::{answer_all, distinct_keys, resource_types, topic_refusal, Outcome, GROUP};
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::cluster::group_config;
 use crate::cluster::topic_config::TopicConfig;
 use crate::node::Node;
 use crate::protocol::RequestContext;
@@ -29,7 +31,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             &ctx,
             request.resources,
             checked,
-            async |resource| replace_topic_configs(&node, resource, validate_only).await,
+            async |resource| match resource.resource_type {
+                GROUP => replace_group_configs(&node, resource, validate_only).await,
+                _ => replace_topic_configs(&node, resource, validate_only).await,
+            },
             async |upstream, resources| alter_topic_configs(&upstream, version, resources, validate_only).await,
         )
         .await;
@@ -52,6 +57,13 @@ async fn replace_topic_configs(node: &std::sync::Arc<Node>, resource: &AlterConf
     crate::cluster::configure_topic(node, &resource.resource_name, |_| TopicConfig::from_pairs(pairs), validate_only)
         .await
         .map_err(topic_refusal)
+}
+
+/// Replaces one group's own configs with the resource's (already [`checked`]).
+async fn replace_group_configs(node: &std::sync::Arc<Node>, resource: &AlterConfigsResource, validate_only: bool) -> Outcome {
+    let pairs = resource.configs.iter().map(|c| (&*c.name, c.value.as_deref().unwrap_or_default()));
+    let replace = |_| group_config::replaced(pairs, &node.config.groups);
+    crate::cluster::configure_group(node, &resource.resource_name, replace, validate_only).await
 }
 
 resource_types!(AlterConfigsResource, AlterConfigsResourceResponse);

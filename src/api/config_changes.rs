@@ -3,8 +3,9 @@
 //!
 //! A topic's configs are changed through the metadata group (every node applies them to the
 //! partitions it holds); in front of an upstream cluster they are the upstream's, and the
-//! request's topic resources are passed on to it. corral's own settings come from its config
-//! file and are not changed at run time.
+//! request's topic resources are passed on to it. A consumer group's own configs go through the
+//! metadata group too, in every role but the sidecar's (whose groups its group service runs).
+//! corral's own settings come from its config file and are not changed at run time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::upstream::{Upstream, UpstreamError};
 /// Resource types (Kafka's `ConfigResource.Type`), as DescribeConfigs names them too.
 pub(super) const TOPIC: i8 = 2;
 pub(super) const BROKER: i8 = 4;
+pub(super) const GROUP: i8 = 32;
 
 /// One resource's outcome: its error code and message on failure.
 pub(super) type Outcome = Result<(), (ResponseError, String)>;
@@ -126,7 +128,7 @@ enum Route {
     Refused(ResponseError, String),
     /// A topic whose configs the upstream cluster keeps.
     Upstream,
-    /// A topic of this cluster.
+    /// A topic or group of this cluster.
     Here,
 }
 
@@ -150,9 +152,18 @@ fn route(node: &Node, ctx: &RequestContext, kind: i8, name: &str, duplicated: bo
             ResponseError::InvalidRequest,
             "corral's broker settings come from its config file and cannot be changed at run time (DescribeConfigs names the key of each)",
         ),
+        GROUP if !node.allows(ctx, Operation::AlterConfigs, Resource::Group(name)) => {
+            refused(ResponseError::GroupAuthorizationFailed, "Authorization failed.")
+        }
+        GROUP if node.sidecar.is_some() => refused(ResponseError::InvalidRequest, SIDECAR_GROUP_CONFIGS),
+        GROUP => Route::Here,
         other => Route::Refused(ResponseError::InvalidRequest, format!("resource type {other} cannot be changed here")),
     }
 }
+
+/// Why a sidecar answers no group configs itself.
+pub(super) const SIDECAR_GROUP_CONFIGS: &str =
+    "a sidecar's groups are run by its group service (sidecar.group_bootstrap): change and describe group configs there";
 
 /// The positions of the resources a request names more than once.
 fn duplicated<'a>(resources: impl Iterator<Item = (i8, &'a str)>) -> HashSet<usize> {

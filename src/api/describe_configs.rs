@@ -1,4 +1,5 @@
-//! DescribeConfigs (key 32): topic configs (effective value and source) and this broker's.
+//! DescribeConfigs (key 32): topic configs (effective value and source), a consumer group's
+//! (its own values over the `[groups]` settings) and this broker's.
 //!
 //! In front of an upstream cluster, a topic's configs are the upstream's: those resources are
 //! asked of it in one request and its answers put in their places. `__consumer_offsets` and the
@@ -13,11 +14,14 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsRe
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::config_changes::{BROKER, TOPIC};
+use super::config_changes::{BROKER, GROUP, SIDECAR_GROUP_CONFIGS, TOPIC};
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::cluster::group_config;
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
 use crate::cluster::TopicError;
 use crate::config::Config;
+use crate::config::GroupsConfig;
+use crate::coordinator::consumer_group::GroupOverrides;
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
 use crate::upstream::admin::describe_topic_configs;
@@ -31,8 +35,10 @@ struct Described {
     source: ConfigSource,
     kind: ConfigType,
     doc: &'static str,
-    /// Broker settings come from the config file; every topic config can be changed.
+    /// Broker settings come from the config file; every topic and group config can be changed.
     read_only: bool,
+    /// Where the value could come from, the one in effect first; none: the config itself.
+    synonyms: Vec<(&'static str, String, ConfigSource)>,
 }
 
 async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) -> HandlerResult {
@@ -68,6 +74,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                         kind: e.kind,
                         doc: e.doc,
                         read_only: false,
+                        synonyms: Vec::new(),
                     })
                     .collect::<Vec<_>>()),
                 None => Err((ResponseError::UnknownTopicOrPartition, format!("topic '{}' does not exist", &*resource.resource_name))),
@@ -76,6 +83,11 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 Ok(broker_configs(&node.config, node.node_id))
             }
             BROKER => Err((ResponseError::InvalidRequest, format!("this is broker {}, not {}", node.node_id, &*resource.resource_name))),
+            GROUP if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Group(&resource.resource_name)) => {
+                Err((ResponseError::GroupAuthorizationFailed, "Authorization failed.".to_string()))
+            }
+            GROUP if node.sidecar.is_some() => Err((ResponseError::InvalidRequest, SIDECAR_GROUP_CONFIGS.to_string())),
+            GROUP => Ok(group_configs(&node.config.groups, node.catalog.group_configs.get(&resource.resource_name))),
             other => Err((ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
         };
         match described {
@@ -129,9 +141,51 @@ fn to_result(e: Described, synonyms: bool, documentation: bool) -> DescribeConfi
         .with_config_type(e.kind as i8)
         .with_documentation(documentation.then(|| StrBytes::from_static_str(e.doc)));
     if synonyms {
-        r = r.with_synonyms(vec![DescribeConfigsSynonym::default().with_name(name).with_value(Some(value)).with_source(e.source.code())]);
+        let synonym = |name: StrBytes, value: StrBytes, source: ConfigSource| {
+            DescribeConfigsSynonym::default().with_name(name).with_value(Some(value)).with_source(source.code())
+        };
+        r = r.with_synonyms(match e.synonyms.is_empty() {
+            true => vec![synonym(name, value, e.source)],
+            false => e
+                .synonyms
+                .into_iter()
+                .map(|(n, v, source)| synonym(StrBytes::from_static_str(n), StrBytes::from_string(v), source))
+                .collect(),
+        });
     }
     r
+}
+
+/// A group's configs, as Kafka describes them: the group's own value (DYNAMIC_GROUP_CONFIG), else
+/// the broker's setting; the synonyms name the broker setting and Kafka's default behind it.
+fn group_configs(groups: &GroupsConfig, own: GroupOverrides) -> Vec<Described> {
+    group_config::KEYS
+        .iter()
+        .map(|key| {
+            let configured = (key.configured)(groups);
+            let mut synonyms = Vec::new();
+            if let Some(value) = (key.get)(&own) {
+                synonyms.push((key.name, value.to_string(), ConfigSource::Group));
+            }
+            if key.default_source(groups) == ConfigSource::Broker {
+                synonyms.push((key.broker_name, configured.to_string(), ConfigSource::Broker));
+            }
+            synonyms.push((key.broker_name, key.kafka_default.to_string(), ConfigSource::Default));
+            let (value, source) = match (key.get)(&own) {
+                Some(value) => (value, ConfigSource::Group),
+                None => (configured, key.default_source(groups)),
+            };
+            Described {
+                name: key.name.to_string(),
+                value: value.to_string(),
+                source,
+                kind: ConfigType::Int,
+                doc: key.doc,
+                read_only: false,
+                synonyms,
+            }
+        })
+        .collect()
 }
 
 /// The broker settings clients and tools look at, under Kafka's names.
@@ -161,6 +215,14 @@ fn broker_configs(config: &Config, node_id: i32) -> Vec<Described> {
         ("socket.request.max.bytes", config.kafka.max_frame_bytes.to_string(), ConfigType::Int, "kafka.max_frame_bytes"),
     ]
     .into_iter()
-    .map(|(name, value, kind, doc)| Described { name: name.to_string(), value, source: ConfigSource::Broker, kind, doc, read_only: true })
+    .map(|(name, value, kind, doc)| Described {
+        name: name.to_string(),
+        value,
+        source: ConfigSource::Broker,
+        kind,
+        doc,
+        read_only: true,
+        synonyms: Vec::new(),
+    })
     .collect()
 }

@@ -1,5 +1,6 @@
-//! IncrementalAlterConfigs (key 44): a topic's configs set, deleted, appended to or subtracted
-//! from, key by key (`kafka-configs --alter`, the admin clients' incrementalAlterConfigs).
+//! IncrementalAlterConfigs (key 44): a topic's or a consumer group's configs set, deleted,
+//! appended to or subtracted from, key by key (`kafka-configs --alter`, the admin clients'
+//! incrementalAlterConfigs).
 
 use std::rc::Rc;
 
@@ -9,8 +10,9 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use kafka_protocol::ResponseError;
 
-use super::config_changes::{answer_all, distinct_keys, resource_types, topic_refusal, Outcome};
+use super::config_changes::{answer_all, distinct_keys, resource_types, topic_refusal, Outcome, GROUP};
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::cluster::group_config;
 use crate::cluster::topic_config::ConfigOp;
 use crate::node::Node;
 use crate::protocol::RequestContext;
@@ -29,7 +31,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             &ctx,
             request.resources,
             checked,
-            async |resource| change_topic(&node, resource, validate_only).await,
+            async |resource| match resource.resource_type {
+                GROUP => change_group(&node, resource, validate_only).await,
+                _ => change_topic(&node, resource, validate_only).await,
+            },
             async |upstream, resources| incremental_alter_topic_configs(&upstream, version, resources, validate_only).await,
         )
         .await;
@@ -53,13 +58,25 @@ fn checked(resource: &AlterConfigsResource) -> Outcome {
 
 /// Applies one topic resource's operations (already [`checked`]), all of them or none.
 async fn change_topic(node: &std::sync::Arc<Node>, resource: &AlterConfigsResource, validate_only: bool) -> Outcome {
-    let changes = resource.configs.iter().filter_map(|c| {
-        let op = ConfigOp::from_code(c.config_operation)?;
-        Some((op, &*c.name, c.value.as_deref().unwrap_or_default()))
-    });
+    let changes = operations(resource);
     crate::cluster::configure_topic(node, &resource.resource_name, |current| current.altered(changes), validate_only)
         .await
         .map_err(topic_refusal)
+}
+
+/// Applies one group resource's operations (already [`checked`]), all of them or none.
+async fn change_group(node: &std::sync::Arc<Node>, resource: &AlterConfigsResource, validate_only: bool) -> Outcome {
+    let groups = &node.config.groups;
+    let alter = |current| group_config::altered(current, operations(resource), groups);
+    crate::cluster::configure_group(node, &resource.resource_name, alter, validate_only).await
+}
+
+/// A resource's operations, each with its key and value (none for DELETE).
+fn operations(resource: &AlterConfigsResource) -> impl Iterator<Item = (ConfigOp, &str, &str)> {
+    resource.configs.iter().filter_map(|c| {
+        let op = ConfigOp::from_code(c.config_operation)?;
+        Some((op, &*c.name, c.value.as_deref().unwrap_or_default()))
+    })
 }
 
 resource_types!(AlterConfigsResource, AlterConfigsResourceResponse);

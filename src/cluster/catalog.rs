@@ -19,6 +19,7 @@ use dashmap::DashMap;
 use uuid::Uuid;
 
 use super::topic_config::TopicConfig;
+use crate::coordinator::consumer_group::{GroupOverrides, SharedGroupOverrides};
 use crate::raft::{LogId, StoredMembership};
 use crate::runtime::ShardId;
 use crate::storage::log::write_atomically;
@@ -83,13 +84,19 @@ struct StoredCatalog {
     /// Absent in files written before producer ids were allocated through the metadata group.
     #[serde(default)]
     producer_ids: ProducerIdBlocks,
+    /// Absent in files written before groups had configs of their own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    group_configs: BTreeMap<String, GroupOverrides>,
 }
 
-/// What a metadata-group snapshot holds: the replicated topics and the producer-id blocks.
+/// What a metadata-group snapshot holds: the replicated topics, the producer-id blocks and the
+/// groups' own configs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CatalogSnapshotData {
     pub topics: Vec<StoredTopic>,
     pub producer_ids: ProducerIdBlocks,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub group_configs: BTreeMap<String, GroupOverrides>,
 }
 
 impl CatalogSnapshotData {
@@ -97,7 +104,8 @@ impl CatalogSnapshotData {
     pub fn parse(bytes: &[u8]) -> serde_json::Result<CatalogSnapshotData> {
         let value: serde_json::Value = serde_json::from_slice(bytes)?;
         if value.is_array() {
-            return Ok(CatalogSnapshotData { topics: serde_json::from_value(value)?, producer_ids: ProducerIdBlocks::default() });
+            let topics = serde_json::from_value(value)?;
+            return Ok(CatalogSnapshotData { topics, producer_ids: ProducerIdBlocks::default(), group_configs: BTreeMap::new() });
         }
         serde_json::from_value(value)
     }
@@ -111,7 +119,13 @@ impl StoredCatalog {
         let value: serde_json::Value = serde_json::from_slice(bytes)?;
         if value.is_array() {
             let topics = serde_json::from_value(value)?;
-            return Ok(StoredCatalog { applied: None, membership: Default::default(), topics, producer_ids: Default::default() });
+            return Ok(StoredCatalog {
+                applied: None,
+                membership: Default::default(),
+                topics,
+                producer_ids: Default::default(),
+                group_configs: BTreeMap::new(),
+            });
         }
         serde_json::from_value(value)
     }
@@ -134,6 +148,8 @@ pub struct Catalog {
     version: AtomicU64,
     /// The producer-id blocks handed out through the metadata group.
     pub producer_ids: ReplicatedProducerIds,
+    /// Groups' own configs, set through the metadata group; the coordinators read them.
+    pub group_configs: SharedGroupOverrides,
 }
 
 impl Catalog {
@@ -143,12 +159,16 @@ impl Catalog {
         let stored = match std::fs::read(&path) {
             Ok(bytes) => StoredCatalog::parse(&bytes)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                StoredCatalog { applied: None, membership: Default::default(), topics: Vec::new(), producer_ids: Default::default() }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => StoredCatalog {
+                applied: None,
+                membership: Default::default(),
+                topics: Vec::new(),
+                producer_ids: Default::default(),
+                group_configs: BTreeMap::new(),
+            },
             Err(e) => return Err(e),
         };
-        let StoredCatalog { applied, membership, topics, producer_ids } = stored;
+        let StoredCatalog { applied, membership, topics, producer_ids, group_configs } = stored;
         let applied = (applied, membership);
         let catalog = Catalog {
             by_name: DashMap::new(),
@@ -160,7 +180,11 @@ impl Catalog {
             applied: Mutex::new(applied),
             version: AtomicU64::new(0),
             producer_ids: ReplicatedProducerIds(Mutex::new(producer_ids)),
+            group_configs: SharedGroupOverrides::default(),
         };
+        for (group, overrides) in group_configs {
+            catalog.group_configs.set(&group, overrides);
+        }
         for t in topics {
             let placement = catalog.placement_of(&t);
             catalog.publish(catalog.build(t.name, t.id, t.config, placement, None));
@@ -273,7 +297,7 @@ impl Catalog {
 
     /// What a metadata-group snapshot holds.
     pub fn snapshot(&self) -> CatalogSnapshotData {
-        CatalogSnapshotData { topics: self.replicated(), producer_ids: self.producer_ids.get() }
+        CatalogSnapshotData { topics: self.replicated(), producer_ids: self.producer_ids.get(), group_configs: self.group_configs.all() }
     }
 
     /// The replicated topics (every one but `__consumer_offsets`), sorted by name.
@@ -301,7 +325,13 @@ impl Catalog {
 
     fn persist(&self) -> std::io::Result<()> {
         let (applied, membership) = self.applied();
-        let stored = StoredCatalog { applied, membership, topics: self.stored(), producer_ids: self.producer_ids.get() };
+        let stored = StoredCatalog {
+            applied,
+            membership,
+            topics: self.stored(),
+            producer_ids: self.producer_ids.get(),
+            group_configs: self.group_configs.all(),
+        };
         let bytes = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
         write_atomically(&self.path, &bytes)
     }

@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use super::catalog::{CatalogSnapshotData, StoredTopic, Topic};
 use super::topic_config::TopicConfig;
+use crate::coordinator::consumer_group::GroupOverrides;
 use crate::node::Node;
 use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
@@ -68,6 +69,12 @@ pub enum TopicChange {
     AllocateProducerIds {
         node: i32,
     },
+    /// A consumer group's own configs replaced by `config` (IncrementalAlterConfigs and
+    /// AlterConfigs on a GROUP resource); empty ones remove the group's.
+    ConfigureGroup {
+        group: String,
+        config: GroupOverrides,
+    },
 }
 
 impl TopicChange {
@@ -90,6 +97,8 @@ impl TopicChange {
             TopicChange::AddPartitions { placement, .. } => placement,
             TopicChange::Delete { .. } => return Ok(()),
             TopicChange::Configure { config, .. } => return config.validate().map_err(|e| e.to_string()),
+            TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
+            TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
             TopicChange::AllocateProducerIds { node } => {
                 return Err(format!("producer ids for node {node}, which is not in [cluster] nodes"))
@@ -123,7 +132,7 @@ impl TopicChange {
             | TopicChange::AddPartitions { id, .. }
             | TopicChange::Delete { id }
             | TopicChange::Configure { id, .. } => Some(*id),
-            TopicChange::AllocateProducerIds { .. } => None,
+            TopicChange::AllocateProducerIds { .. } | TopicChange::ConfigureGroup { .. } => None,
         }
     }
 }
@@ -395,6 +404,10 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             let (start, end) = catalog.producer_ids.allocate(to);
             tracing::debug!(node = to, start, end, "allocated a block of producer ids");
         }
+        TopicChange::ConfigureGroup { group, config } => {
+            catalog.group_configs.set(&group, config);
+            tracing::info!(%group, ?config, "changed group configs");
+        }
     }
 }
 
@@ -588,6 +601,7 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
         let wanted = CatalogSnapshotData::parse(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
         self.node.catalog.producer_ids.replace(wanted.producer_ids);
+        self.node.catalog.group_configs.replace(wanted.group_configs);
         install(&self.node, &wanted.topics, meta).await.map_err(sm_error)?;
         self.current = Some((meta.clone(), Rc::new(data)));
         Ok(())

@@ -6,6 +6,7 @@
 //! the shards that own them.
 
 pub mod catalog;
+pub mod group_config;
 pub mod metadata_group;
 pub mod producer_ids;
 pub mod topic_config;
@@ -19,6 +20,7 @@ use self::catalog::Topic;
 use self::metadata_group::{TopicChange, WriteError};
 use self::topic_config::{validate_topic_name, TopicConfig, TopicConfigError};
 use crate::clock::now_ms;
+use crate::coordinator::consumer_group::GroupOverrides;
 use crate::node::Node;
 use crate::runtime::{Shard, ShardStopped};
 use crate::storage::{Partition, PartitionLog, StorageError};
@@ -238,6 +240,28 @@ pub async fn configure_topic(
         return Ok(());
     }
     propose(node, TopicChange::Configure { id: topic.id, config }).await
+}
+
+/// Changes a group's own configs to what `alter` makes of them, on every node. With
+/// `validate_only` nothing is changed. The group need not exist (as in Kafka): its configs wait
+/// for it.
+pub async fn configure_group(
+    node: &Arc<Node>,
+    group: &str,
+    alter: impl FnOnce(GroupOverrides) -> Result<GroupOverrides, (ResponseError, String)>,
+    validate_only: bool,
+) -> Result<(), (ResponseError, String)> {
+    if group.is_empty() {
+        return Err((ResponseError::InvalidRequest, "Group name must not be empty".to_string()));
+    }
+    let _change = node.catalog.lock().await;
+    let current = node.catalog.group_configs.get(group);
+    let config = alter(current)?;
+    if validate_only || config == current {
+        return Ok(());
+    }
+    let change = TopicChange::ConfigureGroup { group: group.to_string(), config };
+    propose(node, change).await.map_err(|e| (e.error_code(), e.to_string()))
 }
 
 /// Proposes a topic change through the metadata group, on the shard that hosts it.

@@ -19,6 +19,8 @@ pub enum ConfigSource {
     Broker,
     /// Kafka's built-in default (DEFAULT_CONFIG = 5).
     Default,
+    /// Set on the group (Kafka's DYNAMIC_GROUP_CONFIG = 8).
+    Group,
 }
 
 impl ConfigSource {
@@ -27,6 +29,7 @@ impl ConfigSource {
             ConfigSource::Topic => 1,
             ConfigSource::Broker => 4,
             ConfigSource::Default => 5,
+            ConfigSource::Group => 8,
         }
     }
 }

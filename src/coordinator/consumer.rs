@@ -38,7 +38,7 @@ impl CoordinatorState {
         if request.member_epoch < 0 {
             return self.consumer_leave(now, &request);
         }
-        let interval = self.consumer.heartbeat_interval_ms;
+        let interval = self.consumer.for_group(&request.group_id).heartbeat_interval_ms;
         match self.consumer_join_or_beat(now, request, topics) {
             Ok(mut answer) => {
                 answer.interval_ms = interval;
@@ -134,7 +134,7 @@ impl CoordinatorState {
                 self.consumer_groups.insert(r.group_id.clone(), ConsumerGroup::new(r.group_id.clone(), now));
             }
         }
-        let cfg = self.consumer.clone();
+        let cfg = self.consumer.for_group(&r.group_id);
         let group = self.consumer_groups.get_mut(&r.group_id).expect("present");
         let mut records = Vec::new();
 
@@ -332,7 +332,7 @@ impl CoordinatorState {
     /// target assignment is due.
     pub(crate) fn fire_consumer(&mut self, now: i64, key: &TimerKey) {
         if let TimerKey::ConsumerAssignment { group } = key {
-            let cfg = self.consumer.clone();
+            let cfg = self.consumer.for_group(group);
             let Some(group) = self.consumer_groups.get_mut(group) else { return };
             group.assignment_timer = false;
             if group.group_epoch > group.assignment_epoch {
@@ -443,7 +443,7 @@ impl CoordinatorState {
         let mut timers = Vec::new();
         for g in self.consumer_groups.values_mut() {
             for m in g.members.values_mut() {
-                let deadline = now + m.session_timeout_ms(&self.consumer);
+                let deadline = now + m.session_timeout_ms(&self.consumer.for_group(&g.id));
                 m.session_deadline = Some(deadline);
                 timers.push((TimerKey::ConsumerSession { group: g.id.clone(), member: m.id.clone() }, deadline));
             }

@@ -4,6 +4,9 @@
 //! [`super::consumer`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use dashmap::DashMap;
 
 use indexmap::IndexMap;
 use kafka_protocol::ResponseError;
@@ -384,6 +387,65 @@ impl HeartbeatAnswer {
     }
 }
 
+/// A group's own KIP-848 settings (Kafka's dynamic group configs `consumer.session.timeout.ms`,
+/// `consumer.heartbeat.interval.ms` and `consumer.assignment.interval.ms`, set with
+/// IncrementalAlterConfigs on the group's GROUP resource); `None` leaves the `[groups]` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_timeout_ms: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_ms: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_interval_ms: Option<i32>,
+}
+
+impl GroupOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == GroupOverrides::default()
+    }
+}
+
+/// Every group's overrides, kept by the node's catalog (which the metadata group writes) and
+/// read by its coordinators at each use, so a change applies from a member's next heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct SharedGroupOverrides(Arc<DashMap<String, GroupOverrides>>);
+
+impl SharedGroupOverrides {
+    pub fn get(&self, group: &str) -> GroupOverrides {
+        self.0.get(group).map(|o| *o).unwrap_or_default()
+    }
+
+    /// Sets a group's overrides; empty ones are removed.
+    pub fn set(&self, group: &str, overrides: GroupOverrides) {
+        match overrides.is_empty() {
+            true => drop(self.0.remove(group)),
+            false => drop(self.0.insert(group.to_string(), overrides)),
+        }
+    }
+
+    /// Makes the overrides exactly `all` (a metadata snapshot installed).
+    pub fn replace(&self, all: std::collections::BTreeMap<String, GroupOverrides>) {
+        self.0.retain(|group, _| all.contains_key(group));
+        for (group, overrides) in all {
+            self.set(&group, overrides);
+        }
+    }
+
+    /// Every group with overrides.
+    pub fn all(&self) -> std::collections::BTreeMap<String, GroupOverrides> {
+        self.0.iter().map(|e| (e.key().clone(), *e.value())).collect()
+    }
+}
+
+impl PartialEq for SharedGroupOverrides {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedGroupOverrides {}
+
 /// KIP-848 settings (Kafka's `group.consumer.*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroupConfig {
@@ -397,6 +459,8 @@ pub struct ConsumerGroupConfig {
     /// `group.consumer.assignment.interval.ms`: a group's target assignment is computed at most
     /// this often, so members arriving together are assigned together.
     pub assignment_interval_ms: i64,
+    /// Groups' own settings over these.
+    pub overrides: SharedGroupOverrides,
 }
 
 impl Default for ConsumerGroupConfig {
@@ -408,6 +472,7 @@ impl Default for ConsumerGroupConfig {
             assignors: vec![Assignor::Uniform, Assignor::Range],
             migration_policy: MigrationPolicy::Bidirectional,
             assignment_interval_ms: 1_000,
+            overrides: SharedGroupOverrides::default(),
         }
     }
 }
@@ -422,6 +487,18 @@ impl ConsumerGroupConfig {
             assignors: g.consumer_assignors.iter().filter_map(|a| Assignor::from_name(a)).collect(),
             migration_policy: MigrationPolicy::from_name(&g.consumer_migration_policy).unwrap_or(MigrationPolicy::Bidirectional),
             assignment_interval_ms: g.consumer_assignment_interval_ms as i64,
+            overrides: SharedGroupOverrides::default(),
+        }
+    }
+
+    /// These settings with `group`'s own overrides.
+    pub fn for_group(&self, group: &str) -> ConsumerGroupConfig {
+        let o = self.overrides.get(group);
+        ConsumerGroupConfig {
+            session_timeout_ms: o.session_timeout_ms.unwrap_or(self.session_timeout_ms),
+            heartbeat_interval_ms: o.heartbeat_interval_ms.unwrap_or(self.heartbeat_interval_ms),
+            assignment_interval_ms: o.assignment_interval_ms.map_or(self.assignment_interval_ms, i64::from),
+            ..self.clone()
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::consumer_group::{ConsumerGroupConfig, ConsumerHeartbeat, HeartbeatAnswer, TopicView};
+use super::consumer_group::{ConsumerGroupConfig, ConsumerHeartbeat, GroupOverrides, HeartbeatAnswer, TopicView};
 use super::events::RebalanceCause;
 use super::outbox::{Effect, TimerKey};
 use super::records::{GroupRecord, TopicPartitions};
@@ -329,6 +329,29 @@ fn a_silent_member_is_fenced_after_its_session() {
     let mut r = h.request("b", 3);
     r.owned = Some(TopicPartitions::new());
     assert_eq!(h.send(r).error, ResponseError::UnknownMemberId.code());
+}
+
+/// A group's own session timeout and heartbeat interval (its GROUP resource's configs) apply
+/// from the next heartbeat, and only to that group.
+#[test]
+fn a_groups_overrides_apply_from_the_next_heartbeat() {
+    let mut h = Harness::new();
+    h.topics.add("orders", 2);
+    assert_eq!(h.join("a", &["orders"]).interval_ms, 1_000);
+    let overrides =
+        GroupOverrides { session_timeout_ms: Some(3 * SESSION), heartbeat_interval_ms: Some(2_500), assignment_interval_ms: None };
+    h.state.consumer.overrides.set("g", overrides);
+    h.state.consumer.overrides.set("other", GroupOverrides { heartbeat_interval_ms: Some(9_000), ..Default::default() });
+    assert_eq!(h.beat("a").interval_ms, 2_500);
+    // The session now lasts three times as long: silent for twice the default session, a stays.
+    let silent_until = h.now + 2 * SESSION as i64;
+    h.advance_to(silent_until);
+    assert!(h.state.consumer_groups["g"].members.contains_key("a"));
+    h.advance_to(silent_until + 2 * SESSION as i64);
+    assert!(!h.state.consumer_groups["g"].members.contains_key("a"), "fenced once the longer session passed");
+    // Removed overrides: the defaults again.
+    h.state.consumer.overrides.set("g", GroupOverrides::default());
+    assert_eq!(h.join("b", &["orders"]).interval_ms, 1_000);
 }
 
 #[test]

@@ -211,7 +211,7 @@ impl CoordinatorState {
         tracing::info!(group = %group_id, members = group.members.len(), epoch = group.group_epoch, "classic group upgraded to a consumer group");
         let mut group = group;
         for member in group.members.values_mut() {
-            let deadline = now + member.session_timeout_ms(&self.consumer);
+            let deadline = now + member.session_timeout_ms(&self.consumer.for_group(group_id));
             member.session_deadline = Some(deadline);
             self.out.timer(TimerKey::ConsumerSession { group: group_id.to_string(), member: member.id.clone() }, deadline);
         }
@@ -301,7 +301,7 @@ impl CoordinatorState {
         if self.consumer.migration_policy == MigrationPolicy::Disabled {
             return fail(self, ResponseError::InconsistentGroupProtocol, &request.member_id);
         }
-        let cfg = self.consumer.clone();
+        let cfg = self.consumer.for_group(&request.group_id);
         let group = &self.consumer_groups[&request.group_id];
         let unknown = request.member_id.is_empty();
         let member_id = if unknown { new_member_id() } else { request.member_id.clone() };
@@ -415,7 +415,7 @@ impl CoordinatorState {
             return SyncResult::error(self.ask_to_rejoin(now, &request.group_id, &member_id));
         }
         let assignment = assignment_bytes(group, &member.assigned, &metadata);
-        let cfg = &self.consumer;
+        let cfg = &self.consumer.for_group(&request.group_id);
         let member = self.consumer_groups.get_mut(&request.group_id).and_then(|g| g.members.get_mut(&member_id)).expect("present");
         member.sync_deadline = None;
         if let Some((key, at)) = member.touch_session(&request.group_id, cfg, now) {
@@ -446,7 +446,7 @@ impl CoordinatorState {
             || member.state == MemberState::UnrevokedPartitions
             || (member.state == MemberState::UnreleasedPartitions && !waits_on_unreleased(group, &member.id));
         let member_id = member.id.clone();
-        let cfg = &self.consumer;
+        let cfg = &self.consumer.for_group(group_id);
         let member = self.consumer_groups.get_mut(group_id).and_then(|g| g.members.get_mut(&member_id)).expect("present");
         if let Some((key, at)) = member.touch_session(group_id, cfg, now) {
             self.out.timer(key, at);

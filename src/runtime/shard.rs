@@ -193,7 +193,10 @@ impl Shard {
             let raft =
                 RaftSettings { dir: node.coordinator_raft_dir(index), node_id: me, members: members.clone(), preferred_leader, config };
             let groups = GroupConfig::from_config(&node.config);
-            let consumer = ConsumerGroupConfig::from_config(&node.config.groups);
+            let consumer = ConsumerGroupConfig {
+                overrides: node.catalog.group_configs.clone(),
+                ..ConsumerGroupConfig::from_config(&node.config.groups)
+            };
             let expiration = node.config.groups.offsets_retention_check_interval_ms;
             let started: LocalBoxFuture<'_, Result<Rc<PartitionRunner>, String>> = if cluster.is_multi_node() {
                 let network = node.peers.network(index as u32);

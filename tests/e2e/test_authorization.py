@@ -136,6 +136,25 @@ def test_changing_configs_needs_alter_configs(node):
     assert next(iter(entries.values())).result(20)["retention.ms"].value == "7200000"
 
 
+def test_group_configs_need_alter_configs_on_the_group(node):
+    """A group's own configs: ALTER_CONFIGS on the group to change them (alice may read her
+    groups, not configure them), DESCRIBE_CONFIGS to see them."""
+    group = f"payments-{uuid.uuid4().hex[:6]}"
+    change = [ConfigEntry("consumer.heartbeat.interval.ms", "6000", incremental_operation=AlterConfigOpType.SET)]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=change)
+    admin, alice = AdminClient(as_user(node, "admin")), AdminClient(as_user(node, "alice"))
+    with pytest.raises(KafkaException) as refused:
+        alice.incremental_alter_configs([resource], request_timeout=15)[resource].result(20)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED, refused.value
+    plain = ConfigResource(ResourceType.GROUP, group)
+    with pytest.raises(KafkaException) as refused:
+        alice.describe_configs([plain], request_timeout=15)[plain].result(20)
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED, refused.value
+    admin.incremental_alter_configs([resource], request_timeout=15)[resource].result(20)
+    described = admin.describe_configs([plain], request_timeout=15)[plain].result(20)
+    assert described["consumer.heartbeat.interval.ms"].value == "6000"
+
+
 def test_deleting_records_needs_delete(node):
     """DeleteRecords needs DELETE on the topic: alice may read and write payments.*, not cut them."""
     topic = f"payments.{uuid.uuid4().hex[:6]}"

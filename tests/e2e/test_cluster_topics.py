@@ -205,6 +205,10 @@ def test_a_node_that_missed_a_purged_log_installs_the_catalog_snapshot(cluster):
     limit = [ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)]
     for future in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "grown", incremental_configs=limit)]).values():
         future.result(30)
+    # So does a group's own config, which the snapshot also carries.
+    session = [ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)]
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, "configured", incremental_configs=session)]).values():
+        future.result(30)
     bulk = [f"bulk-{i:04d}" for i in range(1050)]
     conn = Conn(f"127.0.0.1:{cluster.kafka[leader]}", timeout=60)
     try:
@@ -230,6 +234,8 @@ def test_a_node_that_missed_a_purged_log_installs_the_catalog_snapshot(cluster):
     down_admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka[down]}"})
     described = down_admin.describe_configs([ConfigResource(ResourceType.TOPIC, "grown")])
     assert next(iter(described.values())).result(30)["max.message.bytes"].value == "2000"
+    described = down_admin.describe_configs([ConfigResource(ResourceType.GROUP, "configured")])
+    assert next(iter(described.values())).result(30)["consumer.session.timeout.ms"].value == "50000"
     for p in range(6):
         if grown[p] == down:
             assert raw_produce(cluster, down, "grown", p, b"x" * 5000) == MESSAGE_TOO_LARGE
