@@ -38,7 +38,7 @@ impl CoordinatorState {
         if request.member_epoch < 0 {
             return self.consumer_leave(now, &request);
         }
-        let interval = self.consumer.for_group(&request.group_id).heartbeat_interval_ms;
+        let interval = self.consumer.heartbeat_interval_ms_of(&request.group_id);
         match self.consumer_join_or_beat(now, request, topics) {
             Ok(mut answer) => {
                 answer.interval_ms = interval;

@@ -491,6 +491,11 @@ impl ConsumerGroupConfig {
         }
     }
 
+    /// The heartbeat interval `group`'s members are given (without copying the rest).
+    pub fn heartbeat_interval_ms_of(&self, group: &str) -> i32 {
+        self.overrides.get(group).heartbeat_interval_ms.unwrap_or(self.heartbeat_interval_ms)
+    }
+
     /// These settings with `group`'s own overrides.
     pub fn for_group(&self, group: &str) -> ConsumerGroupConfig {
         let o = self.overrides.get(group);
