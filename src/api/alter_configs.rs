@@ -16,7 +16,7 @@ use crate::cluster::group_config;
 use crate::cluster::topic_config::TopicConfig;
 use crate::node::Node;
 use crate::protocol::RequestContext;
-use crate::upstream::admin::alter_topic_configs;
+use crate::upstream::admin::alter_configs;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::AlterConfigs, AlterConfigsRequest, 0, 2);
 
@@ -35,7 +35,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 GROUP => replace_group_configs(&node, resource, validate_only).await,
                 _ => replace_topic_configs(&node, resource, validate_only).await,
             },
-            async |upstream, resources| alter_topic_configs(&upstream, version, resources, validate_only).await,
+            async |keeper, resources| alter_configs(keeper, version, resources, validate_only).await,
         )
         .await;
         ctx.respond(&AlterConfigsResponse::default().with_responses(responses))

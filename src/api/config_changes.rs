@@ -4,8 +4,9 @@
 //! A topic's configs are changed through the metadata group (every node applies them to the
 //! partitions it holds); in front of an upstream cluster they are the upstream's, and the
 //! request's topic resources are passed on to it. A consumer group's own configs go through the
-//! metadata group too, in every role but the sidecar's (whose groups its group service runs).
-//! corral's own settings come from its config file and are not changed at run time.
+//! metadata group too; a sidecar's groups are its group service's, and their resources are
+//! passed on to it. corral's own settings come from its config file and are not changed at run
+//! time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,12 +18,78 @@ use crate::cluster::TopicError;
 use crate::node::Node;
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
+use crate::sidecar::GroupService;
+use crate::upstream::admin::ConfigKeeper;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Resource types (Kafka's `ConfigResource.Type`), as DescribeConfigs names them too.
 pub(super) const TOPIC: i8 = 2;
 pub(super) const BROKER: i8 = 4;
 pub(super) const GROUP: i8 = 32;
+
+/// A cluster that keeps some of the configs a request names: the upstream its topics', a
+/// sidecar's group service its groups'.
+#[derive(Clone)]
+pub(super) enum Keeper {
+    Upstream(Arc<Upstream>),
+    Groups(Arc<GroupService>),
+}
+
+impl Keeper {
+    /// The keeper of `kind`'s resources, when another cluster keeps them.
+    pub(super) fn of(node: &Node, kind: i8, name: &str) -> Option<Keeper> {
+        match kind {
+            TOPIC if name == crate::cluster::OFFSETS_TOPIC => None,
+            TOPIC => node.upstream.clone().map(Keeper::Upstream),
+            GROUP => node.sidecar.clone().map(Keeper::Groups),
+            _ => None,
+        }
+    }
+
+    fn is(&self, other: &Keeper) -> bool {
+        matches!((self, other), (Keeper::Upstream(_), Keeper::Upstream(_)) | (Keeper::Groups(_), Keeper::Groups(_)))
+    }
+}
+
+impl ConfigKeeper for Keeper {
+    async fn ask_configs<R: kafka_protocol::protocol::Request + 'static>(
+        &self,
+        key: kafka_protocol::messages::ApiKey,
+        ours: (i16, i16),
+        request: R,
+    ) -> Result<R::Response, UpstreamError> {
+        match self {
+            Keeper::Upstream(upstream) => upstream.ask_configs(key, ours, request).await,
+            Keeper::Groups(service) => service.ask_configs(key, ours, request).await,
+        }
+    }
+}
+
+/// The resources of a request passed on to the clusters that keep them, each keeper's in one
+/// request, and their answers put in their places; a keeper that did not answer gives each of its
+/// resources its error.
+pub(super) async fn pass_on_all<R, A>(
+    answers: &mut [A],
+    asked: Vec<(usize, Keeper, R)>,
+    pass_on: impl AsyncFn(&Keeper, Vec<R>) -> Result<Vec<A>, UpstreamError>,
+    set_error: impl Fn(&mut A, i16, String),
+) {
+    let mut asked = asked;
+    while let Some((_, first, _)) = asked.first() {
+        let keeper = first.clone();
+        let (theirs, rest): (Vec<_>, Vec<_>) = asked.into_iter().partition(|(_, k, _)| k.is(&keeper));
+        asked = rest;
+        let (positions, resources): (Vec<usize>, Vec<R>) = theirs.into_iter().map(|(at, _, r)| (at, r)).unzip();
+        match pass_on(&keeper, resources).await {
+            Ok(theirs) => positions.into_iter().zip(theirs).for_each(|(at, answer)| answers[at] = answer),
+            Err(e) => {
+                let message = format!("the cluster that keeps these configs did not answer: {e}");
+                let code = TopicError::from(e).error_code().code();
+                positions.into_iter().for_each(|at| set_error(&mut answers[at], code, message.clone()));
+            }
+        }
+    }
+}
 
 /// One resource's outcome: its error code and message on failure.
 pub(super) type Outcome = Result<(), (ResponseError, String)>;
@@ -77,27 +144,27 @@ pub(super) use resource_types;
 
 /// The answers to a request's `resources`, in its order: each refused (by the rules here, or by
 /// `check`, which looks at the resource's configs as sent), changed here by `change_here`, or
-/// (the topics an upstream cluster keeps) passed on to it by `pass_on`, all of those in one
-/// request. What `check` refuses never reaches the upstream.
+/// (those another cluster keeps) passed on to it by `pass_on`, one request per keeper. What
+/// `check` refuses is never passed on.
 pub(super) async fn answer_all<R: Asked, A: Answer>(
     node: &Arc<Node>,
     ctx: &RequestContext,
     resources: Vec<R>,
     check: impl Fn(&R) -> Outcome,
     change_here: impl AsyncFn(&R) -> Outcome,
-    pass_on: impl AsyncFnOnce(Arc<Upstream>, Vec<R>) -> Result<Vec<A>, UpstreamError>,
+    pass_on: impl AsyncFn(&Keeper, Vec<R>) -> Result<Vec<A>, UpstreamError>,
 ) -> Vec<A> {
     let twice = duplicated(resources.iter().map(|r| (r.kind(), &**r.name())));
     let mut answers = Vec::with_capacity(resources.len());
-    // Topic resources the upstream changes: their positions in `answers`, and the resources.
-    let mut upstream_asked: Vec<(usize, R)> = Vec::new();
+    // Resources another cluster keeps: their positions in `answers`, their keeper, the resources.
+    let mut passed: Vec<(usize, Keeper, R)> = Vec::new();
     for (i, resource) in resources.into_iter().enumerate() {
         let outcome = match (route(node, ctx, resource.kind(), resource.name(), twice.contains(&i)), check(&resource)) {
             (Route::Refused(code, message), _) => Err((code, message)),
             (_, Err(refused)) => Err(refused),
-            (Route::Upstream, Ok(())) => {
+            (Route::PassOn(keeper), Ok(())) => {
                 answers.push(A::new(resource.kind(), resource.name(), 0, None));
-                upstream_asked.push((i, resource));
+                passed.push((i, keeper, resource));
                 continue;
             }
             (Route::Here, Ok(())) => change_here(&resource).await,
@@ -105,20 +172,7 @@ pub(super) async fn answer_all<R: Asked, A: Answer>(
         let (code, message) = code_and_message(outcome);
         answers.push(A::new(resource.kind(), resource.name(), code, message));
     }
-    let Some(upstream) = node.upstream.clone().filter(|_| !upstream_asked.is_empty()) else {
-        return answers;
-    };
-    let (positions, asked): (Vec<usize>, Vec<R>) = upstream_asked.into_iter().unzip();
-    match pass_on(upstream, asked).await {
-        Ok(theirs) => positions.into_iter().zip(theirs).for_each(|(at, answer)| answers[at] = answer),
-        Err(e) => {
-            let message = format!("the upstream cluster did not answer: {e}");
-            let code = TopicError::from(e).error_code().code();
-            for at in positions {
-                answers[at].set(code, Some(StrBytes::from_string(message.clone())));
-            }
-        }
-    }
+    pass_on_all(&mut answers, passed, pass_on, |a, code, message| a.set(code, Some(StrBytes::from_string(message)))).await;
     answers
 }
 
@@ -126,8 +180,8 @@ pub(super) async fn answer_all<R: Asked, A: Answer>(
 enum Route {
     /// Answered at once with this error.
     Refused(ResponseError, String),
-    /// A topic whose configs the upstream cluster keeps.
-    Upstream,
+    /// A resource another cluster keeps.
+    PassOn(Keeper),
     /// A topic or group of this cluster.
     Here,
 }
@@ -143,8 +197,7 @@ fn route(node: &Node, ctx: &RequestContext, kind: i8, name: &str, duplicated: bo
         TOPIC if !node.allows(ctx, Operation::AlterConfigs, Resource::Topic(name)) => {
             refused(ResponseError::TopicAuthorizationFailed, "Authorization failed.")
         }
-        TOPIC if node.upstream.is_some() && name != crate::cluster::OFFSETS_TOPIC => Route::Upstream,
-        TOPIC => Route::Here,
+        TOPIC => Keeper::of(node, kind, name).map_or(Route::Here, Route::PassOn),
         BROKER if !node.allows(ctx, Operation::AlterConfigs, Resource::Cluster) => {
             refused(ResponseError::ClusterAuthorizationFailed, "Authorization failed.")
         }
@@ -155,15 +208,10 @@ fn route(node: &Node, ctx: &RequestContext, kind: i8, name: &str, duplicated: bo
         GROUP if !node.allows(ctx, Operation::AlterConfigs, Resource::Group(name)) => {
             refused(ResponseError::GroupAuthorizationFailed, "Authorization failed.")
         }
-        GROUP if node.sidecar.is_some() => refused(ResponseError::InvalidRequest, SIDECAR_GROUP_CONFIGS),
-        GROUP => Route::Here,
+        GROUP => Keeper::of(node, kind, name).map_or(Route::Here, Route::PassOn),
         other => Route::Refused(ResponseError::InvalidRequest, format!("resource type {other} cannot be changed here")),
     }
 }
-
-/// Why a sidecar answers no group configs itself.
-pub(super) const SIDECAR_GROUP_CONFIGS: &str =
-    "a sidecar's groups are run by its group service (sidecar.group_bootstrap): change and describe group configs there";
 
 /// The positions of the resources a request names more than once.
 fn duplicated<'a>(resources: impl Iterator<Item = (i8, &'a str)>) -> HashSet<usize> {

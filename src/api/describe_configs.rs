@@ -1,9 +1,10 @@
 //! DescribeConfigs (key 32): topic configs (effective value and source), a consumer group's
 //! (its own values over the `[groups]` settings) and this broker's.
 //!
-//! In front of an upstream cluster, a topic's configs are the upstream's: those resources are
-//! asked of it in one request and its answers put in their places. `__consumer_offsets` and the
-//! broker resource stay corral's.
+//! In front of an upstream cluster, a topic's configs are the upstream's, and in a sidecar a
+//! group's are its group service's: those resources are asked of the cluster that keeps them, one
+//! request per cluster, and its answers put in their places. `__consumer_offsets` and the broker
+//! resource stay corral's.
 
 use std::rc::Rc;
 
@@ -14,17 +15,16 @@ use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsRe
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::config_changes::{BROKER, GROUP, SIDECAR_GROUP_CONFIGS, TOPIC};
+use super::config_changes::{pass_on_all, Keeper, BROKER, GROUP, TOPIC};
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::cluster::group_config;
 use crate::cluster::topic_config::{ConfigSource, ConfigType};
-use crate::cluster::TopicError;
 use crate::config::Config;
 use crate::config::GroupsConfig;
 use crate::coordinator::consumer_group::GroupOverrides;
 use crate::protocol::RequestContext;
 use crate::security::acl::{Operation, Resource};
-use crate::upstream::admin::describe_topic_configs;
+use crate::upstream::admin::describe_configs;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeConfigs, DescribeConfigsRequest, 1, 4);
 
@@ -45,24 +45,28 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     let request: DescribeConfigsRequest = ctx.decode(body)?;
     let node = services.node();
     let mut results = Vec::with_capacity(request.resources.len());
-    // Topic resources the upstream answers: their positions in `results`, and the resources.
-    let mut upstream_asked: Vec<(usize, DescribeConfigsResource)> = Vec::new();
+    // Resources another cluster keeps: their positions in `results`, their keeper, the resources.
+    let mut passed: Vec<(usize, Keeper, DescribeConfigsResource)> = Vec::new();
     for resource in request.resources {
         let mut result =
             DescribeConfigsResult::default().with_resource_type(resource.resource_type).with_resource_name(resource.resource_name.clone());
-        let described = match resource.resource_type {
-            TOPIC if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Topic(&resource.resource_name)) => {
+        let keeper = Keeper::of(node, resource.resource_type, &resource.resource_name);
+        let described = match (resource.resource_type, keeper) {
+            (TOPIC, _) if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Topic(&resource.resource_name)) => {
                 Err((ResponseError::TopicAuthorizationFailed, "Authorization failed.".to_string()))
             }
-            TOPIC if node.upstream.is_some() && *resource.resource_name != *crate::cluster::OFFSETS_TOPIC => {
-                upstream_asked.push((results.len(), resource));
+            (GROUP, _) if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Group(&resource.resource_name)) => {
+                Err((ResponseError::GroupAuthorizationFailed, "Authorization failed.".to_string()))
+            }
+            (_, Some(keeper)) => {
+                passed.push((results.len(), keeper, resource));
                 results.push(result);
                 continue;
             }
-            BROKER if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Cluster) => {
+            (BROKER, _) if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Cluster) => {
                 Err((ResponseError::ClusterAuthorizationFailed, "Authorization failed.".to_string()))
             }
-            TOPIC => match node.catalog.get(&resource.resource_name) {
+            (TOPIC, _) => match node.catalog.get(&resource.resource_name) {
                 Some(topic) => Ok(topic
                     .config
                     .entries(&node.config.topics.defaults)
@@ -79,16 +83,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                     .collect::<Vec<_>>()),
                 None => Err((ResponseError::UnknownTopicOrPartition, format!("topic '{}' does not exist", &*resource.resource_name))),
             },
-            BROKER if resource.resource_name.is_empty() || *resource.resource_name == node.node_id.to_string() => {
+            (BROKER, _) if resource.resource_name.is_empty() || *resource.resource_name == node.node_id.to_string() => {
                 Ok(broker_configs(&node.config, node.node_id))
             }
-            BROKER => Err((ResponseError::InvalidRequest, format!("this is broker {}, not {}", node.node_id, &*resource.resource_name))),
-            GROUP if !node.allows(&ctx, Operation::DescribeConfigs, Resource::Group(&resource.resource_name)) => {
-                Err((ResponseError::GroupAuthorizationFailed, "Authorization failed.".to_string()))
+            (BROKER, _) => {
+                Err((ResponseError::InvalidRequest, format!("this is broker {}, not {}", node.node_id, &*resource.resource_name)))
             }
-            GROUP if node.sidecar.is_some() => Err((ResponseError::InvalidRequest, SIDECAR_GROUP_CONFIGS.to_string())),
-            GROUP => Ok(group_configs(&node.config.groups, node.catalog.group_configs.get(&resource.resource_name))),
-            other => Err((ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
+            (GROUP, _) => Ok(group_configs(&node.config.groups, node.catalog.group_configs.get(&resource.resource_name))),
+            (other, _) => Err((ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
         };
         match described {
             Ok(entries) => {
@@ -109,23 +111,17 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         }
         results.push(result);
     }
-    let Some(upstream) = node.upstream.clone().filter(|_| !upstream_asked.is_empty()) else {
+    if passed.is_empty() {
         return Ok(Handled::Now(ctx.respond(&DescribeConfigsResponse::default().with_results(results))));
-    };
+    }
     Ok(Handled::Later(Box::pin(async move {
-        let (positions, resources): (Vec<usize>, Vec<DescribeConfigsResource>) = upstream_asked.into_iter().unzip();
-        let version = ctx.api_version;
-        match describe_topic_configs(&upstream, version, resources, request.include_synonyms, request.include_documentation).await {
-            Ok(answers) => positions.into_iter().zip(answers).for_each(|(at, answer)| results[at] = answer),
-            Err(e) => {
-                let message = format!("the upstream cluster did not answer: {e}");
-                let code = TopicError::from(e).error_code().code();
-                for at in positions {
-                    results[at].error_code = code;
-                    results[at].error_message = Some(StrBytes::from_string(message.clone()));
-                }
-            }
-        }
+        let (version, synonyms, documentation) = (ctx.api_version, request.include_synonyms, request.include_documentation);
+        let ask = async |keeper: &Keeper, resources| describe_configs(keeper, version, resources, synonyms, documentation).await;
+        pass_on_all(&mut results, passed, ask, |r, code, message| {
+            r.error_code = code;
+            r.error_message = Some(StrBytes::from_string(message));
+        })
+        .await;
         ctx.respond(&DescribeConfigsResponse::default().with_results(results))
     })))
 }

@@ -16,7 +16,7 @@ use crate::cluster::group_config;
 use crate::cluster::topic_config::ConfigOp;
 use crate::node::Node;
 use crate::protocol::RequestContext;
-use crate::upstream::admin::incremental_alter_topic_configs;
+use crate::upstream::admin::incremental_alter_configs;
 
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::IncrementalAlterConfigs, IncrementalAlterConfigsRequest, 0, 1);
 
@@ -35,7 +35,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                 GROUP => change_group(&node, resource, validate_only).await,
                 _ => change_topic(&node, resource, validate_only).await,
             },
-            async |upstream, resources| incremental_alter_topic_configs(&upstream, version, resources, validate_only).await,
+            async |keeper, resources| incremental_alter_configs(keeper, version, resources, validate_only).await,
         )
         .await;
         ctx.respond(&IncrementalAlterConfigsResponse::default().with_responses(responses))

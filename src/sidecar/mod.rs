@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -122,6 +122,26 @@ impl GroupService {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.config.request_timeout_ms)
+    }
+}
+
+/// A group's own configs are the group service's: config requests naming groups are passed to
+/// one of its brokers (a Kafka broker hands changes to its controller; a corral node to its
+/// metadata group).
+impl crate::upstream::admin::ConfigKeeper for GroupService {
+    async fn ask_configs<R: Request + 'static>(&self, key: ApiKey, ours: (i16, i16), request: R) -> Result<R::Response, UpstreamError> {
+        let view = self.view().ok_or_else(|| UpstreamError::NoMetadata(self.config.group_bootstrap.join(",")))?;
+        let version = view.version(key, ours.1).filter(|v| *v >= ours.0).ok_or(UpstreamError::Unsupported(key))?;
+        let address =
+            self.addresses().into_iter().next().ok_or_else(|| UpstreamError::NoMetadata(self.config.group_bootstrap.join(",")))?;
+        let connection = Connection::open(address, self.dialer.clone());
+        match tokio::time::timeout(self.request_timeout(), connection.send(version, &request)?).await {
+            Ok(answer) => answer.inspect_err(|_| self.mark_stale()),
+            Err(_) => {
+                self.mark_stale();
+                Err(UpstreamError::Timeout(self.config.request_timeout_ms))
+            }
+        }
     }
 }
 

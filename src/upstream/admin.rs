@@ -3,6 +3,9 @@
 //! broker passes them on to the active controller), each on a connection of its own: these are
 //! rare, and none should wait behind a long poll.
 //!
+//! Config requests are passed the same way to any cluster that keeps configs corral does not
+//! ([`ConfigKeeper`]): the upstream its topics', a sidecar's group service its groups'.
+//!
 //! A topic change is answered once the upstream's metadata shows it, so the catalog (mirrored
 //! from that metadata) already has it when the client asks for Metadata next.
 
@@ -47,6 +50,24 @@ async fn ask<R: Request>(upstream: &Upstream, key: ApiKey, ours: (i16, i16), req
     };
     crate::metrics::upstream_request(view.controller, key, started.elapsed(), answer.is_ok());
     Ok((answer?, view.generation))
+}
+
+/// A cluster whose configs corral passes requests on to.
+pub trait ConfigKeeper {
+    /// Sends `request` in the highest version both serve of `ours`, to a broker that answers for
+    /// the cluster's configs.
+    fn ask_configs<R: Request + 'static>(
+        &self,
+        key: ApiKey,
+        ours: (i16, i16),
+        request: R,
+    ) -> impl std::future::Future<Output = Result<R::Response, UpstreamError>>;
+}
+
+impl ConfigKeeper for Upstream {
+    async fn ask_configs<R: Request + 'static>(&self, key: ApiKey, ours: (i16, i16), request: R) -> Result<R::Response, UpstreamError> {
+        ask(self, key, ours, request).await.map(|(response, _)| response)
+    }
 }
 
 /// Waits (within the request timeout) until the upstream's metadata satisfies `done`.
@@ -130,11 +151,11 @@ pub async fn delete_topic(upstream: &Upstream, name: &str) -> Result<(), TopicEr
     until(upstream, seen, |view| !view.topics.contains_key(name)).await
 }
 
-/// The upstream's configs of the topics in `resources`, as its DescribeConfigs answers them, in
-/// the order asked. Asked in the highest version both serve up to `version` (the client's), so
-/// the answer holds nothing the client's version cannot carry.
-pub async fn describe_topic_configs(
-    upstream: &Upstream,
+/// The keeper's configs of `resources`, as its DescribeConfigs answers them, in the order asked.
+/// Asked in the highest version both serve up to `version` (the client's), so the answer holds
+/// nothing the client's version cannot carry.
+pub async fn describe_configs(
+    keeper: &impl ConfigKeeper,
     version: i16,
     resources: Vec<DescribeConfigsResource>,
     include_synonyms: bool,
@@ -144,7 +165,7 @@ pub async fn describe_topic_configs(
         .with_resources(resources.clone())
         .with_include_synonyms(include_synonyms)
         .with_include_documentation(include_documentation);
-    let (response, _) = ask(upstream, ApiKey::DescribeConfigs, (1, version), request).await?;
+    let response = keeper.ask_configs(ApiKey::DescribeConfigs, (1, version), request).await?;
     let asked = resources.iter().map(|r| (r.resource_type, &r.resource_name));
     Ok(in_order(
         asked,
@@ -160,17 +181,17 @@ pub async fn describe_topic_configs(
     ))
 }
 
-/// Passes an IncrementalAlterConfigs of topic `resources` on to the upstream, in the highest
-/// version both serve up to the client's; its answers in the order asked.
-pub async fn incremental_alter_topic_configs(
-    upstream: &Upstream,
+/// Passes an IncrementalAlterConfigs of `resources` on to the keeper, in the highest version
+/// both serve up to the client's; its answers in the order asked.
+pub async fn incremental_alter_configs(
+    keeper: &impl ConfigKeeper,
     version: i16,
     resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
     validate_only: bool,
 ) -> Result<Vec<incremental_alter_configs_response::AlterConfigsResourceResponse>, UpstreamError> {
     let asked: Vec<_> = resources.iter().map(|r| (r.resource_type, r.resource_name.clone())).collect();
     let request = IncrementalAlterConfigsRequest::default().with_resources(resources).with_validate_only(validate_only);
-    let (response, _) = ask(upstream, ApiKey::IncrementalAlterConfigs, (0, version), request).await?;
+    let response = keeper.ask_configs(ApiKey::IncrementalAlterConfigs, (0, version), request).await?;
     Ok(in_order(
         asked.iter().map(|(k, n)| (*k, n)),
         response.responses,
@@ -185,17 +206,16 @@ pub async fn incremental_alter_topic_configs(
     ))
 }
 
-/// Passes an AlterConfigs of topic `resources` on to the upstream, as
-/// [`incremental_alter_topic_configs`] does.
-pub async fn alter_topic_configs(
-    upstream: &Upstream,
+/// Passes an AlterConfigs of `resources` on to the keeper, as [`incremental_alter_configs`] does.
+pub async fn alter_configs(
+    keeper: &impl ConfigKeeper,
     version: i16,
     resources: Vec<alter_configs_request::AlterConfigsResource>,
     validate_only: bool,
 ) -> Result<Vec<alter_configs_response::AlterConfigsResourceResponse>, UpstreamError> {
     let asked: Vec<_> = resources.iter().map(|r| (r.resource_type, r.resource_name.clone())).collect();
     let request = AlterConfigsRequest::default().with_resources(resources).with_validate_only(validate_only);
-    let (response, _) = ask(upstream, ApiKey::AlterConfigs, (0, version), request).await?;
+    let response = keeper.ask_configs(ApiKey::AlterConfigs, (0, version), request).await?;
     Ok(in_order(
         asked.iter().map(|(k, n)| (*k, n)),
         response.responses,
@@ -225,7 +245,7 @@ fn in_order<'a, R>(
                 kind,
                 name,
                 kafka_protocol::ResponseError::UnknownServerError.code(),
-                StrBytes::from_static_str("the upstream did not answer for this resource"),
+                StrBytes::from_static_str("the cluster passed on to did not answer for this resource"),
             ),
         })
         .collect()

@@ -242,11 +242,19 @@ def test_kafka_configs_tool_on_groups(kind, corral_factory, apache_kafka, java_c
 
 
 def test_in_front_of_an_upstream_groups_are_corrals(corral_factory, apache_kafka_classic):
-    """The upstream role keeps groups itself, configs included; a sidecar names its group
-    service, which runs its groups."""
-    front = corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(apache_kafka_classic.bootstrap))
+    """The upstream role keeps groups itself, configs included. A sidecar's groups are its group
+    service's: their configs are changed and described there, through the sidecar, whether the
+    service is a corral cluster or Kafka's own coordinators."""
+    kafka = apache_kafka_classic.bootstrap
+    front = corral_factory(config=CORRAL_GROUP_CONFIG + corral_upstream_config(kafka))
     assert change(Side("front", front.bootstrap), incremental_v0, "fronted", [(SESSION, SET, "50000")]) == (0, None)
     assert described(Side("front", front.bootstrap), "fronted")[1][SESSION][0] == "50000"
-    sidecar = corral_factory(config=sidecar_config(apache_kafka_classic.bootstrap, front.bootstrap), name="sidecar")
-    code, message = change(Side("sidecar", sidecar.bootstrap), incremental_v0, "fronted", [(SESSION, SET, "55000")])
-    assert code == 42 and "group service" in message, (code, message)
+
+    for name, service in (("corral", front.bootstrap), ("kafka", kafka)):
+        sidecar = Side("sidecar", corral_factory(config=sidecar_config(kafka, service), name=f"sidecar-{name}").bootstrap)
+        group = f"through-{name}-{uuid.uuid4().hex[:6]}"
+        assert change(sidecar, incremental_v0, group, [(SESSION, SET, "55000")]) == (0, None), name
+        assert settled(Side(name, service), group, {SESSION: "55000"})["configs"][SESSION][:3] == ("55000", 0, 8), name
+        assert settled(sidecar, group, {SESSION: "55000"})["configs"][SESSION][:3] == ("55000", 0, 8), name
+        # The service's own checks answer.
+        assert change(sidecar, incremental_v0, group, [(SESSION, SET, "1")])[0] == 40, name
