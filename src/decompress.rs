@@ -1,7 +1,9 @@
-//! Decompressing a record batch's records with a cap on the bytes it may produce.
+//! Decompressing a record batch's records with a cap on the bytes it may produce, and
+//! compressing the records compaction keeps with the batch's codec again.
 //!
-//! corral never decompresses on the produce or fetch path; only the rare lookups that must see
-//! inside a batch do (ListOffsets by timestamp, MAX_TIMESTAMP). A batch is a client's bytes, so
+//! corral never decompresses on the fetch path, and on the produce path only for a compacted
+//! topic (every record must have a key, as Kafka checks); otherwise only the paths that must see
+//! inside a batch do (ListOffsets by timestamp, MAX_TIMESTAMP, the cleaner). A batch is a client's bytes, so
 //! a few kilobytes may claim gigabytes: every codec here stops at [`MAX_DECOMPRESSED_BYTES`],
 //! and the records a batch claims must fit what it decompressed to before any are decoded.
 
@@ -57,6 +59,26 @@ pub fn decompress(data: &[u8], codec: Compression, records: i32) -> Result<Bytes
         return Err(DecompressError::CountMismatch { claimed: records, bytes: out.len() });
     }
     Ok(Bytes::from(out))
+}
+
+/// Compresses records as a batch written with `codec` holds them (the framing Kafka's clients
+/// write: xerial snappy, LZ4 frames of independent blocks), with kafka-protocol's codecs.
+pub fn compress(data: &[u8], codec: Compression) -> Result<Vec<u8>, DecompressError> {
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+    let mut out = bytes::BytesMut::with_capacity(data.len() / 2 + 64);
+    let fill = |tmp: &mut bytes::BytesMut| {
+        tmp.extend_from_slice(data);
+        Ok(())
+    };
+    let done = match codec {
+        Compression::None => return Ok(data.to_vec()),
+        Compression::Gzip => Gzip::compress(&mut out, fill),
+        Compression::Snappy => Snappy::compress(&mut out, fill),
+        Compression::Lz4 => Lz4::compress(&mut out, fill),
+        Compression::Zstd => Zstd::compress(&mut out, fill),
+    };
+    done.map_err(|e| DecompressError::Corrupt { codec, reason: e.to_string() })?;
+    Ok(out.to_vec())
 }
 
 /// Reads at most one byte past the cap, so an oversized stream is seen without being read whole.

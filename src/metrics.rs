@@ -24,6 +24,8 @@ pub const SENDFILE_BYTES: &str = "corral_sendfile_bytes_total";
 pub const RECORDS_APPENDED: &str = "corral_records_appended_total";
 pub const RETENTION_SEGMENTS_DELETED: &str = "corral_retention_segments_deleted_total";
 pub const RETENTION_BYTES_DELETED: &str = "corral_retention_bytes_deleted_total";
+pub const COMPACTION_RECORDS_REMOVED: &str = "corral_compaction_records_removed_total";
+pub const COMPACTION_BYTES_RECLAIMED: &str = "corral_compaction_bytes_reclaimed_total";
 pub const SEGMENT_FILES_OPEN: &str = "corral_segment_files_open";
 pub const SEGMENT_FILE_OPENS: &str = "corral_segment_file_opens_total";
 pub const CONNECTIONS_REFUSED: &str = "corral_connections_refused_total";
@@ -121,6 +123,11 @@ fn describe() {
     describe_gauge!(SEGMENT_FILES_OPEN, "Segment files held open by the shards' caches (storage.max_open_files)");
     describe_counter!(SEGMENT_FILE_OPENS, "Segment files opened: a count growing with traffic means the cache is too small");
     describe_counter!(RETENTION_BYTES_DELETED, Unit::Bytes, "Bytes deleted by retention");
+    describe_counter!(
+        COMPACTION_RECORDS_REMOVED,
+        "Records compaction removed from compacted topics (replaced, keyless, expired tombstones)"
+    );
+    describe_counter!(COMPACTION_BYTES_RECLAIMED, Unit::Bytes, "Bytes of segments compaction freed");
     describe_counter!(CONNECTIONS_REFUSED, "Client connections closed as they were accepted, by the limit they would pass (limit)");
     describe_counter!(CONNECTIONS_CLOSED, "Client connections closed by the node: idle past connections_max_idle_ms, or a request slower than request_body_timeout_ms (reason)");
     describe_gauge!(
@@ -297,6 +304,11 @@ impl ShardMetrics {
     pub fn retention_deleted(&self, segments: usize, bytes: u64) {
         counter!(RETENTION_SEGMENTS_DELETED, "shard" => self.shard.clone()).increment(segments as u64);
         counter!(RETENTION_BYTES_DELETED, "shard" => self.shard.clone()).increment(bytes);
+    }
+
+    pub fn compacted(&self, records_removed: u64, bytes_reclaimed: u64) {
+        counter!(COMPACTION_RECORDS_REMOVED, "shard" => self.shard.clone()).increment(records_removed);
+        counter!(COMPACTION_BYTES_RECLAIMED, "shard" => self.shard.clone()).increment(bytes_reclaimed);
     }
 }
 

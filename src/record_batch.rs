@@ -1,10 +1,11 @@
 //! Kafka's record batch, format v2 ("magic 2"): the unit that producers send, segments store and
 //! consumers fetch.
 //!
-//! corral never re-encodes a batch. It reads and checks the 61-byte header, verifies the CRC-32C
-//! that covers everything after it, and rewrites only the fields the broker owns (base offset and
-//! partition leader epoch), which lie outside the CRC. Records stay compressed as the producer
-//! sent them.
+//! corral never re-encodes a batch on the produce or fetch path. It reads and checks the 61-byte
+//! header, verifies the CRC-32C that covers everything after it, and rewrites only the fields the
+//! broker owns (base offset and partition leader epoch), which lie outside the CRC. Records stay
+//! compressed as the producer sent them. Only log compaction writes a batch anew, with the records
+//! it keeps, byte for byte ([`records`] walks them).
 //!
 //! ```text
 //! offset  size  field
@@ -147,6 +148,17 @@ impl BatchHeader {
 /// Checks: magic 2, declared length equals the buffer, CRC-32C, codec, record count against the
 /// offset delta, and for uncompressed batches that the records exactly fill the payload.
 pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = validate_stored(buf)?;
+    if header.last_offset_delta != header.records_count - 1 {
+        return Err(BatchError::Invalid("last offset delta does not match the record count"));
+    }
+    Ok(header)
+}
+
+/// [`validate`] for a batch read back from a segment: compaction may have removed records from
+/// it, keeping its last offset delta (as Kafka's cleaner does, so producer sequences stay whole),
+/// so it may hold fewer records than its offsets span.
+pub fn validate_stored(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(buf)?;
     if header.batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
         return Err(BatchError::Invalid("batch length smaller than the header"));
@@ -162,8 +174,8 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if header.records_count <= 0 {
         return Err(BatchError::Invalid("record count must be positive"));
     }
-    if header.last_offset_delta != header.records_count - 1 {
-        return Err(BatchError::Invalid("last offset delta does not match the record count"));
+    if header.last_offset_delta < header.records_count - 1 {
+        return Err(BatchError::Invalid("more records than the offsets the batch spans"));
     }
     if header.max_timestamp < header.base_timestamp && header.max_timestamp != -1 {
         return Err(BatchError::Invalid("max timestamp is below the base timestamp"));
@@ -224,24 +236,100 @@ pub fn read_varlong(buf: &mut &[u8]) -> Option<i64> {
 /// [`crate::decompress`]). Used by the rare paths that must look inside a batch (ListOffsets by
 /// timestamp or max timestamp). Only each record's framing is read, nothing is decoded whole.
 pub fn record_timestamps(batch: &[u8]) -> Result<Vec<(i64, i64)>, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let payload = batch.get(HEADER_LEN..header.total_len()).ok_or(BatchError::Truncated { have: batch.len(), need: header.total_len() })?;
-    let records = crate::decompress::decompress(payload, header.compression()?, header.records_count)?;
-    let log_append = header.attributes & 0x08 != 0;
+    let (header, payload) = payload(batch)?;
+    Ok(records(&header, &payload)?.iter().map(|r| (r.offset, r.timestamp)).collect())
+}
+
+/// One record of a batch, as stored.
+#[derive(Debug, Clone, Copy)]
+pub struct RawRecord<'a> {
+    /// The record's bytes, its length prefix included, to be written again unchanged.
+    pub bytes: &'a [u8],
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    /// A null value: a tombstone, which deletes its key in a compacted topic.
+    pub tombstone: bool,
+}
+
+/// The records of a batch (`payload` is what [`payload`] gave for it), in order.
+pub fn records<'a>(header: &BatchHeader, payload: &'a [u8]) -> Result<Vec<RawRecord<'a>>, BatchError> {
     let bad = || BatchError::Invalid("record framing does not match the record count");
-    // The count fits the decompressed bytes (checked), so this is bounded by them.
-    let mut out = Vec::with_capacity(header.records_count as usize);
-    let mut rest = &records[..];
+    let log_append = header.attributes & 0x08 != 0;
+    let mut out = Vec::with_capacity(header.records_count.max(0) as usize);
+    let mut rest = payload;
     for _ in 0..header.records_count {
+        let before = rest;
         let len = usize::try_from(read_varint(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-        let (mut record, tail) = (rest.get(..len).ok_or_else(bad)?, &rest[len.min(rest.len())..]);
-        rest = tail;
+        let mut record = rest.get(..len).ok_or_else(bad)?;
+        rest = &rest[len..];
+        let bytes = &before[..before.len() - rest.len()];
         record = record.get(1..).ok_or_else(bad)?; // attributes
         let timestamp_delta = read_varlong(&mut record).ok_or_else(bad)?;
         let offset_delta = read_varint(&mut record).ok_or_else(bad)?;
+        let key = read_nullable_bytes(&mut record).ok_or_else(bad)?;
+        let value_len = read_varint(&mut record).ok_or_else(bad)?;
         let timestamp = if log_append { header.max_timestamp } else { header.base_timestamp.saturating_add(timestamp_delta) };
-        out.push((header.base_offset.saturating_add(offset_delta as i64), timestamp));
+        out.push(RawRecord {
+            bytes,
+            offset: header.base_offset.saturating_add(offset_delta as i64),
+            timestamp,
+            key,
+            tombstone: value_len < 0,
+        });
     }
+    if !rest.is_empty() {
+        return Err(BatchError::Invalid("bytes after the last record"));
+    }
+    Ok(out)
+}
+
+/// A batch's records uncompressed (with the cap of [`crate::decompress`]).
+pub fn payload(batch: &[u8]) -> Result<(BatchHeader, bytes::Bytes), BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    let data = batch.get(HEADER_LEN..header.total_len()).ok_or(BatchError::Truncated { have: batch.len(), need: header.total_len() })?;
+    Ok((header, crate::decompress::decompress(data, header.compression()?, header.records_count)?))
+}
+
+/// The index of the first record without a key, if any: a compacted topic refuses the batch.
+pub fn first_record_without_key(batch: &[u8]) -> Result<Option<usize>, BatchError> {
+    let (header, payload) = payload(batch)?;
+    Ok(records(&header, &payload)?.iter().position(|r| r.key.is_none()))
+}
+
+fn read_nullable_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let len = read_varint(buf)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let bytes = buf.get(..len as usize)?;
+    *buf = &buf[len as usize..];
+    Some(Some(bytes))
+}
+
+/// A batch holding only `records` (some of `original`'s, their bytes unchanged, uncompressed),
+/// compressed with the original's codec. Its offsets, timestamps and producer fields stay the
+/// original's: each kept record's deltas still hold. The max timestamp is that of the records
+/// kept (the batch's own under log-append time).
+pub fn with_records(original: &BatchHeader, original_bytes: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<u8>, BatchError> {
+    let mut payload = Vec::with_capacity(records.iter().map(|r| r.bytes.len()).sum());
+    for record in records {
+        payload.extend_from_slice(record.bytes);
+    }
+    let codec = original.compression()?;
+    let compressed = crate::decompress::compress(&payload, codec)?;
+    let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
+    out.extend_from_slice(&original_bytes[..HEADER_LEN]);
+    out.extend_from_slice(&compressed);
+    let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    if original.attributes & 0x08 == 0 {
+        let max = records.iter().map(|r| r.timestamp).max().unwrap_or(original.max_timestamp);
+        out[35..43].copy_from_slice(&max.to_be_bytes());
+    }
+    out[57..61].copy_from_slice(&(records.len() as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
 }
 
@@ -253,8 +341,24 @@ pub(crate) mod tests {
 
     /// Encodes `n` records as one batch, the way a producer would.
     pub(crate) fn batch(n: usize, codec: Codec, producer: Option<(i64, i16, i32)>, ts: i64) -> BytesMut {
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
+        let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+        let value = [b'v'; 100];
+        let pairs: Vec<_> = keys.iter().map(|k| (Some(k.as_str()), Some(&value[..]))).collect();
+        batch_of(&pairs, codec, producer, ts, 1)
+    }
+
+    /// Encodes `(key, value)` records as one batch; record `i` is written at `ts + i * step`.
+    pub(crate) fn batch_of(
+        pairs: &[(Option<&str>, Option<&[u8]>)],
+        codec: Codec,
+        producer: Option<(i64, i16, i32)>,
+        ts: i64,
+        step: i64,
+    ) -> BytesMut {
+        let records: Vec<Record> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
                 transactional: false,
                 control: false,
                 partition_leader_epoch: -1,
@@ -263,9 +367,9 @@ pub(crate) mod tests {
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
                 sequence: producer.map_or(i as i32 - 1, |p| p.2.wrapping_add(i as i32)),
-                timestamp: ts + i as i64,
-                key: Some(format!("k{i}").into()),
-                value: Some(vec![b'v'; 100].into()),
+                timestamp: ts + i as i64 * step,
+                key: key.map(|k| k.as_bytes().to_vec().into()),
+                value: value.map(|v| v.to_vec().into()),
                 headers: Default::default(),
                 delete_horizon: false,
             })

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{StorageConfig, TopicDefaults, MIN_NEW_SEGMENT_BYTES};
-use crate::storage::LogConfig;
+use crate::storage::{CleanupPolicy, CompactionConfig, LogConfig};
 
 /// How a config value came to be, as DescribeConfigs reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,12 @@ struct Key {
 }
 
 const KEYS: &[Key] = &[
-    Key { name: "cleanup.policy", kind: ConfigType::List, fixed_default: Some("delete"), doc: "Only \"delete\" is supported." },
+    Key {
+        name: "cleanup.policy",
+        kind: ConfigType::List,
+        fixed_default: Some("delete"),
+        doc: "delete: retention removes old segments; compact: the last record of each key is kept.",
+    },
     Key {
         name: "compression.type",
         kind: ConfigType::String,
@@ -67,18 +72,36 @@ const KEYS: &[Key] = &[
         name: "delete.retention.ms",
         kind: ConfigType::Long,
         fixed_default: Some("86400000"),
-        doc: "Kept for compatibility; no compaction.",
+        doc: "How long a tombstone stays in a compacted topic, counted from its record time.",
     },
     Key { name: "file.delete.delay.ms", kind: ConfigType::Long, fixed_default: Some("60000"), doc: "Kept for compatibility." },
     Key { name: "flush.messages", kind: ConfigType::Long, fixed_default: Some("9223372036854775807"), doc: "See storage.flush_messages." },
     Key { name: "flush.ms", kind: ConfigType::Long, fixed_default: Some("9223372036854775807"), doc: "See storage.flush_ms." },
     Key { name: "index.interval.bytes", kind: ConfigType::Int, fixed_default: None, doc: "Bytes of log between offset-index entries." },
+    Key {
+        name: "max.compaction.lag.ms",
+        kind: ConfigType::Long,
+        fixed_default: Some("9223372036854775807"),
+        doc: "A record stays uncompacted at most this long, whatever the dirty ratio.",
+    },
     Key { name: "max.message.bytes", kind: ConfigType::Int, fixed_default: None, doc: "Largest record batch accepted." },
     Key {
         name: "message.timestamp.type",
         kind: ConfigType::String,
         fixed_default: Some("CreateTime"),
         doc: "Only CreateTime is supported.",
+    },
+    Key {
+        name: "min.cleanable.dirty.ratio",
+        kind: ConfigType::Double,
+        fixed_default: Some("0.5"),
+        doc: "Compact once this share of the log was written since the last compaction.",
+    },
+    Key {
+        name: "min.compaction.lag.ms",
+        kind: ConfigType::Long,
+        fixed_default: Some("0"),
+        doc: "A record stays uncompacted at least this long.",
     },
     Key { name: "min.insync.replicas", kind: ConfigType::Int, fixed_default: Some("1"), doc: "One copy per partition." },
     Key { name: "preallocate", kind: ConfigType::Boolean, fixed_default: Some("false"), doc: "Kept for compatibility." },
@@ -162,7 +185,7 @@ impl TopicConfig {
             let key = KEYS.iter().find(|k| k.name == name).ok_or_else(|| TopicConfigError::UnknownKey(name.to_string()))?;
             let Some(value) = value else { continue };
             validate_value(key, value)?;
-            overrides.insert(name.to_string(), value.to_string());
+            overrides.insert(name.to_string(), normalized(key, value));
         }
         Ok(TopicConfig { overrides })
     }
@@ -209,7 +232,7 @@ impl TopicConfig {
                 }
             };
             validate_value(key, &new)?;
-            overrides.insert(name.to_string(), new);
+            overrides.insert(name.to_string(), normalized(key, &new));
         }
         Ok(TopicConfig { overrides })
     }
@@ -243,6 +266,9 @@ impl TopicConfig {
     /// The storage settings of a partition of this topic.
     pub fn log_config(&self, defaults: &TopicDefaults, storage: &StorageConfig) -> LogConfig {
         let get = |name: &str| self.overrides.get(name).and_then(|v| v.parse::<i64>().ok());
+        let policy = self.overrides.get("cleanup.policy").map_or("delete", String::as_str);
+        let has = |item: &str| policy.split(',').any(|p| p.trim() == item);
+        let ratio = self.overrides.get("min.cleanable.dirty.ratio").and_then(|v| v.trim().parse::<f64>().ok());
         LogConfig {
             segment_bytes: defaults
                 .internal_segment_bytes
@@ -253,6 +279,14 @@ impl TopicConfig {
             index_interval_bytes: get("index.interval.bytes").map_or(defaults.index_interval_bytes, |v| v as u32),
             max_message_bytes: get("max.message.bytes").map_or(defaults.max_message_bytes, |v| v as u32),
             max_producer_states: storage.max_producer_states_per_partition,
+            cleanup: CleanupPolicy { delete: has("delete"), compact: has("compact") },
+            compaction: CompactionConfig {
+                delete_retention_ms: get("delete.retention.ms").unwrap_or(86_400_000),
+                min_lag_ms: get("min.compaction.lag.ms").unwrap_or(0),
+                max_lag_ms: get("max.compaction.lag.ms").unwrap_or(i64::MAX),
+                min_dirty_ratio: ratio.unwrap_or(0.5),
+                buffer_bytes: storage.cleaner_dedupe_buffer_bytes,
+            },
         }
     }
 
@@ -288,6 +322,20 @@ fn broker_default(name: &str, d: &TopicDefaults) -> String {
     }
 }
 
+/// A list value without the duplicates Kafka drops (with a warning) from it.
+fn normalized(key: &Key, value: &str) -> String {
+    if key.kind != ConfigType::List {
+        return value.to_string();
+    }
+    let mut items: Vec<&str> = Vec::new();
+    for item in value.split(',').map(str::trim) {
+        if !items.contains(&item) {
+            items.push(item);
+        }
+    }
+    items.join(",")
+}
+
 fn validate_value(key: &Key, value: &str) -> Result<(), TopicConfigError> {
     let bad = |reason| Err(TopicConfigError::InvalidValue { key: key.name.to_string(), value: value.to_string(), reason });
     match key.kind {
@@ -301,6 +349,7 @@ fn validate_value(key: &Key, value: &str) -> Result<(), TopicConfigError> {
                 "index.interval.bytes" => (0, i32::MAX as i64),
                 "segment.ms" => (1, i64::MAX),
                 "retention.ms" | "retention.bytes" => (-1, i64::MAX),
+                "max.compaction.lag.ms" => (1, i64::MAX),
                 "min.insync.replicas" => (1, 1),
                 _ if key.kind == ConfigType::Int => (0, i32::MAX as i64),
                 _ => (0, i64::MAX),
@@ -315,7 +364,15 @@ fn validate_value(key: &Key, value: &str) -> Result<(), TopicConfigError> {
             }
         }
         ConfigType::String | ConfigType::List | ConfigType::Double => match key.name {
-            "cleanup.policy" if value != "delete" => return bad("only \"delete\" is supported"),
+            "cleanup.policy" => {
+                let items: Vec<&str> = value.split(',').map(str::trim).collect();
+                if items.iter().any(|i| !matches!(*i, "delete" | "compact")) {
+                    return bad("each value must be delete or compact");
+                }
+            }
+            "min.cleanable.dirty.ratio" if !value.trim().parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)) => {
+                return bad("must be a number between 0 and 1")
+            }
             "message.timestamp.type" if value != "CreateTime" => return bad("only CreateTime is supported"),
             "compression.type" if !matches!(value, "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd") => {
                 return bad("unknown compression type")
@@ -384,8 +441,13 @@ mod tests {
         // A list key: append starts from the default, and a value already there is not added twice.
         let appended = c.altered([(ConfigOp::Append, "cleanup.policy", "delete")]).unwrap();
         assert_eq!(appended.overrides.get("cleanup.policy").map(String::as_str), Some("delete"));
-        // Only "delete" is supported, so appending "compact" is refused as CreateTopics refuses it.
-        assert!(matches!(c.altered([(ConfigOp::Append, "cleanup.policy", "compact")]), Err(TopicConfigError::InvalidValue { .. })));
+        let both = c.altered([(ConfigOp::Append, "cleanup.policy", "compact")]).unwrap();
+        assert_eq!(both.overrides.get("cleanup.policy").map(String::as_str), Some("delete,compact"));
+        let log = both.log_config(&TopicDefaults::default(), &crate::config::StorageConfig::default());
+        assert_eq!(log.cleanup, CleanupPolicy { delete: true, compact: true });
+        let compact = both.altered([(ConfigOp::Subtract, "cleanup.policy", "delete")]).unwrap();
+        assert_eq!(compact.overrides.get("cleanup.policy").map(String::as_str), Some("compact"));
+        assert!(matches!(c.altered([(ConfigOp::Append, "cleanup.policy", "shred")]), Err(TopicConfigError::InvalidValue { .. })));
         assert_eq!(
             c.altered([(ConfigOp::Append, "retention.ms", "1")]),
             Err(TopicConfigError::NotAList { op: "append", key: "retention.ms".into() })
@@ -407,7 +469,11 @@ mod tests {
     #[test]
     fn refusals() {
         assert_eq!(TopicConfig::from_pairs([("no.such", Some("1"))]), Err(TopicConfigError::UnknownKey("no.such".into())));
-        assert!(TopicConfig::from_pairs([("cleanup.policy", Some("compact"))]).is_err());
+        assert!(TopicConfig::from_pairs([("cleanup.policy", Some("compact"))]).is_ok());
+        let deduplicated = TopicConfig::from_pairs([("cleanup.policy", Some("compact, compact"))]).unwrap();
+        assert_eq!(deduplicated.overrides().collect::<Vec<_>>(), [("cleanup.policy", "compact")]);
+        assert!(TopicConfig::from_pairs([("min.cleanable.dirty.ratio", Some("1.5"))]).is_err());
+        assert!(TopicConfig::from_pairs([("max.compaction.lag.ms", Some("0"))]).is_err());
         assert!(TopicConfig::from_pairs([("segment.bytes", Some("abc"))]).is_err());
         assert!(TopicConfig::from_pairs([("segment.bytes", Some("1"))]).is_err());
         assert!(TopicConfig::from_pairs([("retention.ms", Some("-2"))]).is_err());

@@ -164,6 +164,10 @@ pub struct StorageConfig {
     pub max_producer_states_per_partition: usize,
     /// Segment files kept open at once over all shards; 0 = half the open-file limit.
     pub max_open_files: usize,
+    /// How often each shard looks for compacted partitions to clean.
+    pub cleaner_backoff_ms: u64,
+    /// The most the key map of one compaction may hold (per shard).
+    pub cleaner_dedupe_buffer_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -373,6 +377,8 @@ impl Default for StorageConfig {
             flush_ms: 0,
             max_producer_states_per_partition: 10_000,
             max_open_files: 0,
+            cleaner_backoff_ms: 15_000,
+            cleaner_dedupe_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -619,6 +625,12 @@ impl Config {
         }
         if self.storage.retention_check_interval_ms == 0 {
             return Err(invalid("storage.retention_check_interval_ms", "must be at least 1"));
+        }
+        if self.storage.cleaner_backoff_ms == 0 {
+            return Err(invalid("storage.cleaner_backoff_ms", "must be at least 1"));
+        }
+        if self.storage.cleaner_dedupe_buffer_bytes < 1 << 20 {
+            return Err(invalid("storage.cleaner_dedupe_buffer_bytes", "must be at least 1048576"));
         }
         let t = &self.topics;
         if t.max_partitions < 1 {

@@ -55,9 +55,11 @@ mod tests;
 /// The storage settings of a `__consumer_offsets` partition. Its log is written only by applying
 /// committed Raft entries, whose size the coordinator bounded when it proposed them (with
 /// `max.message.bytes` of the topic): applying one must never fail on a limit, or the partition
-/// could not start again.
+/// could not start again. Its compaction is the coordinator's own (checkpoints of group state),
+/// never the cleaner's.
 pub fn offsets_log_config(config: crate::storage::LogConfig) -> crate::storage::LogConfig {
-    crate::storage::LogConfig { max_message_bytes: u32::MAX, ..config }
+    let cleanup = crate::storage::CleanupPolicy { delete: false, compact: false };
+    crate::storage::LogConfig { max_message_bytes: u32::MAX, cleanup, ..config }
 }
 
 /// The coordinator partition of a group: `abs(javaHashCode(group)) % partitions`, with Kafka's

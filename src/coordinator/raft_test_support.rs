@@ -11,15 +11,7 @@ use crate::storage::{LogConfig, Partition, PartitionLog};
 
 /// A `__consumer_offsets` partition's log in `dir` (opened as after a crash: scanned).
 pub(super) fn open_partition(dir: &std::path::Path) -> Rc<Partition> {
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        segment_ms: i64::MAX / 2,
-        retention_bytes: -1,
-        retention_ms: -1,
-        index_interval_bytes: 4096,
-        max_message_bytes: 1_048_588,
-        max_producer_states: 10_000,
-    };
+    let config = LogConfig { segment_bytes: 1 << 20, max_message_bytes: 1_048_588, ..LogConfig::for_tests() };
     let config = super::offsets_log_config(config);
     let (log, _) = PartitionLog::open(&crate::storage::OpenFiles::new(64), dir, config, false, crate::clock::now_ms()).unwrap();
     Partition::new(log, Arc::new(tokio::sync::watch::channel(0).0), 0)

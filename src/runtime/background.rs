@@ -1,9 +1,10 @@
 //! Background work each shard runs over the partitions it owns.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::shard::Shard;
+use super::shard::{PartitionKey, Shard};
 use crate::clock::now_ms;
 
 /// Applies retention (size and age) every `storage.retention_check_interval_ms`.
@@ -30,6 +31,57 @@ pub(crate) async fn retention(shard: Rc<Shard>) {
                 }
                 Ok(_) => {}
                 Err(e) => tracing::error!(partition = %partition.log.borrow().dir().display(), error = %e, "retention failed"),
+            }
+        }
+    }
+}
+
+/// Compacts the partitions of compacted topics this shard owns, one at a time, every
+/// `storage.cleaner_backoff_ms`. Reading and writing segments runs on a blocking thread; the
+/// shard only decides what to compact and puts the result in place.
+pub(crate) async fn compaction(shard: Rc<Shard>) {
+    let period = Duration::from_millis(shard.node.config.storage.cleaner_backoff_ms);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    // A partition whose compaction failed waits ten rounds before the next try, rather than
+    // reading the same segments again every round.
+    let mut failed: HashMap<PartitionKey, i64> = HashMap::new();
+    let retry_after = period.as_millis() as i64 * 10;
+    loop {
+        tick.tick().await;
+        failed.retain(|_, until| *until > now_ms());
+        for (key @ (topic_id, index), partition) in shard.partitions() {
+            if failed.get(&key).is_some_and(|&until| now_ms() < until) {
+                continue;
+            }
+            let Some(plan) = partition.log.borrow().cleaner_plan(now_ms()) else { continue };
+            let dir = partition.log.borrow().dir().display().to_string();
+            let cleaned = match tokio::task::spawn_blocking(move || plan.run()).await {
+                Ok(Ok(cleaned)) => cleaned,
+                Ok(Err(e)) => {
+                    tracing::warn!(partition = %dir, error = %e, "compaction failed");
+                    failed.insert(key, now_ms() + retry_after);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(partition = %dir, error = %e, "compaction task failed");
+                    continue;
+                }
+            };
+            // The topic may have been deleted, or deleted and created again, meanwhile.
+            if !shard.partition(topic_id, index).is_some_and(|p| Rc::ptr_eq(&p, &partition)) {
+                cleaned.discard();
+                continue;
+            }
+            let (removed, reclaimed) = (cleaned.records_removed, cleaned.bytes_before.saturating_sub(cleaned.bytes_after));
+            let installed = partition.log.borrow_mut().install_cleaned(cleaned, now_ms());
+            match installed {
+                Ok(()) => {
+                    shard.metrics.compacted(removed, reclaimed);
+                    tracing::info!(partition = %dir, records_removed = removed, bytes_reclaimed = reclaimed, "compacted");
+                }
+                Err(e) => tracing::error!(partition = %dir, error = %e, "installing a compaction failed"),
             }
         }
     }

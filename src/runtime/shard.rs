@@ -338,6 +338,7 @@ async fn serve(start: ShardStart) -> Result<(), String> {
         return Err(e);
     }
     tokio::task::spawn_local(super::background::retention(shard.clone()));
+    tokio::task::spawn_local(super::background::compaction(shard.clone()));
     if let (0, Some(upstream)) = (id, &node.upstream) {
         tokio::task::spawn_local(crate::upstream::refresh::run(node.clone(), upstream.clone()));
     }

@@ -21,6 +21,12 @@ pub enum StorageError {
     Transactional,
     #[error("clients may not write control batches")]
     ControlBatch,
+    /// Kafka's wording.
+    #[error("Compacted topic cannot accept message without key in topic partition {partition}")]
+    NoKey { partition: String },
+    /// DeleteRecords on a topic whose cleanup.policy has no "delete" (Kafka's wording).
+    #[error("Records of partition {partition} can not be deleted due to the configured policy")]
+    DeleteNotAllowed { partition: String },
 }
 
 impl StorageError {
@@ -38,7 +44,8 @@ impl StorageError {
             StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
             StorageError::Sequence(SequenceError::OutOfOrder { .. }) => ResponseError::OutOfOrderSequenceNumber,
             StorageError::Sequence(SequenceError::FencedEpoch { .. }) => ResponseError::InvalidProducerEpoch,
-            StorageError::Transactional | StorageError::ControlBatch => ResponseError::InvalidRecord,
+            StorageError::Transactional | StorageError::ControlBatch | StorageError::NoKey { .. } => ResponseError::InvalidRecord,
+            StorageError::DeleteNotAllowed { .. } => ResponseError::PolicyViolation,
         }
     }
 }

@@ -12,6 +12,8 @@ use std::rc::Rc;
 
 use crate::record_batch::{self, BatchHeader};
 
+pub mod compaction;
+
 use super::open_files::OpenFiles;
 use super::producer_state::{ProducerStates, SequenceCheck};
 use super::segment::{self, Recovery, Segment, SyncTarget};
@@ -97,6 +99,8 @@ pub struct PartitionLog {
     /// Where DeleteRecords put the start of the log; records below it are gone to readers even
     /// while their segment remains. The log starts at the larger of this and its first segment.
     deleted_before: i64,
+    /// Where the dirty section of a compacted log starts: the offset the last compaction reached.
+    cleaned_to: i64,
 }
 
 impl PartitionLog {
@@ -135,6 +139,7 @@ impl PartitionLog {
             sync_failed: None,
             recovery_point: 0,
             deleted_before: 0,
+            cleaned_to: 0,
         }
     }
 
@@ -158,6 +163,10 @@ impl PartitionLog {
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let Some(name) = name.to_str() else { continue };
+            if compaction::is_leftover(name) {
+                std::fs::remove_file(dir.join(name))?;
+                continue;
+            }
             if let Some(base) = name.strip_suffix(".log").and_then(|b| b.parse::<i64>().ok()) {
                 bases.push(base);
             }
@@ -197,6 +206,7 @@ impl PartitionLog {
         // A start past the end (the log's tail lost in a crash) cannot be: the log then starts
         // at its end.
         log.deleted_before = read_log_start_offset(dir).min(log.log_end_offset());
+        log.cleaned_to = compaction::read_cleaner_checkpoint(dir).min(log.log_end_offset());
         // Sealed segments whose indexes were rebuilt write them now; the next fsync covers them
         // before the recovery point moves past them.
         let sealed = log.segments.len() - 1;
@@ -242,6 +252,9 @@ impl PartitionLog {
     /// partition's next flush, as an append is.
     pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, StorageError> {
         self.check_sync()?;
+        if !self.config.cleanup.delete {
+            return Err(StorageError::DeleteNotAllowed { partition: self.partition_name() });
+        }
         let (start, end) = (self.log_start_offset(), self.log_end_offset());
         if offset < 0 || offset > end {
             return Err(StorageError::OffsetOutOfRange { requested: offset, start, end });
@@ -301,6 +314,9 @@ impl PartitionLog {
         }
         if header.is_transactional() {
             return Err(StorageError::Transactional);
+        }
+        if self.config.cleanup.compact && record_batch::first_record_without_key(batch)?.is_some() {
+            return Err(StorageError::NoKey { partition: self.partition_name() });
         }
         if header.has_producer_id() {
             if let SequenceCheck::Duplicate { base_offset } = self.producers.check(&header)? {
@@ -414,7 +430,9 @@ impl PartitionLog {
     pub fn apply_retention(&mut self, now_ms: i64) -> Result<RetentionReport, StorageError> {
         // Segments a DeleteRecords left wholly below the start (a crash can leave them).
         let mut report = self.delete_segments_before(self.deleted_before)?;
-        if self.config.retention_ms >= 0 {
+        if !self.config.cleanup.delete {
+            // Compacted only: the cleaner removes what is removed.
+        } else if self.config.retention_ms >= 0 {
             let active = self.active();
             let expired = |s: &Segment| s.max_timestamp >= 0 && now_ms - s.max_timestamp > self.config.retention_ms;
             if !active.is_empty() && expired(active) && self.segments.values().all(|s| s.is_empty() || expired(s)) {
@@ -429,7 +447,7 @@ impl PartitionLog {
                 self.delete_oldest(&mut report)?;
             }
         }
-        if self.config.retention_bytes >= 0 {
+        if self.config.cleanup.delete && self.config.retention_bytes >= 0 {
             let mut excess = self.size_bytes() as i64 - self.config.retention_bytes;
             while self.segments.len() > 1 {
                 let oldest = self.segments.values().next().expect("non-empty").size() as i64;
@@ -547,6 +565,11 @@ impl PartitionLog {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The partition as Kafka names it in messages (`topic-0`): its directory's name.
+    fn partition_name(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
     /// Producers with state in this partition.

@@ -31,6 +31,14 @@ pub(crate) struct BatchPosition {
     pub(crate) header: BatchHeader,
 }
 
+/// A batch as written to a segment: where it is and what its header says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoredBatch {
+    pub(crate) header: BatchHeader,
+    pub(crate) position: u64,
+    pub(crate) len: u32,
+}
+
 /// A segment of one partition. Lives on the shard that owns the partition; the log file handle is
 /// shared (`Arc`) with in-flight fetch responses, which keeps it readable even after retention
 /// deletes the file.
@@ -124,6 +132,29 @@ impl Segment {
         Ok((segment, recovery))
     }
 
+    /// A sealed segment over a log file just written whole (by compaction), indexed from the
+    /// batches written rather than by reading the file back.
+    pub(crate) fn from_batches(
+        files: &Rc<OpenFiles>,
+        dir: &Path,
+        base_offset: i64,
+        index_interval: u32,
+        batches: &[StoredBatch],
+        now_ms: i64,
+    ) -> Segment {
+        let log = files.file(dir.join(file_name(base_offset, "log")));
+        let mut segment = Segment::empty(log, dir, base_offset, index_interval, now_ms);
+        if let Some(first) = batches.first() {
+            segment.first_timestamp = valid_ts(first.header.max_timestamp);
+        }
+        for batch in batches {
+            segment.track(&batch.header, batch.position, batch.len);
+            segment.size = batch.position + batch.len as u64;
+        }
+        segment.record_max_timestamp();
+        segment
+    }
+
     /// Loads the index files and the offsets and timestamps they give; `false` when they cannot
     /// be trusted (missing, corrupt, or pointing at no readable batch).
     fn load_indexes(&mut self, file_len: u64) -> io::Result<bool> {
@@ -170,7 +201,7 @@ impl Segment {
             }
             buf.resize(total, 0);
             log.read_exact_at(&mut buf, position)?;
-            if record_batch::validate(&buf).is_err() {
+            if record_batch::validate_stored(&buf).is_err() {
                 break;
             }
             if first {

@@ -13,15 +13,7 @@ use crate::record_batch::tests::batch;
 use crate::record_batch::{self, BatchHeader};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1 << 30,
-        segment_ms: i64::MAX / 2,
-        retention_bytes: -1,
-        retention_ms: -1,
-        index_interval_bytes: 4096,
-        max_message_bytes: 1 << 20,
-        max_producer_states: 10_000,
-    }
+    LogConfig::for_tests()
 }
 
 /// Room for two open files: every test also runs its segments through evictions and reopens.

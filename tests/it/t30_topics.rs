@@ -40,7 +40,7 @@ fn create_topics_validates_like_kafka() {
             .with_value(Some(StrBytes::from_string(v.into())))])
     };
     assert_eq!(create(&mut c, with_config("no.such.config", "1")).0, 40, "INVALID_CONFIG");
-    assert_eq!(create(&mut c, with_config("cleanup.policy", "compact")).0, 40, "compaction is not offered");
+    assert_eq!(create(&mut c, with_config("cleanup.policy", "shred")).0, 40, "an unknown cleanup policy");
     assert_eq!(create(&mut c, with_config("retention.ms", "60000")).0, 0);
     // Validate-only creates nothing.
     let r = c.call(7, &CreateTopicsRequest::default().with_validate_only(true).with_topics(vec![topic("dry", 1, 1)]));

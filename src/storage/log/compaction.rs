@@ -1,0 +1,326 @@
+//! Log compaction (`cleanup.policy=compact`): the cleaner keeps the last record of each key.
+//!
+//! As in Kafka, the sealed segments split at the offset the last compaction reached (its
+//! checkpoint) into a clean head and a dirty tail. Once the dirty share of the log reaches
+//! `min.cleanable.dirty.ratio`, or a dirty record is older than `max.compaction.lag.ms`, a map of
+//! key → last offset is built over the dirty segments, and every sealed segment is written again
+//! without the records a later record of the same key replaced, without records that have no key,
+//! and without tombstones older than `delete.retention.ms`. The active segment is never touched,
+//! nor a segment with a record younger than `min.compaction.lag.ms`.
+//!
+//! A batch whose records all stay is copied as it is; one that loses some keeps its offsets,
+//! timestamps and producer fields (its last offset delta too, so producer sequences stay whole)
+//! and holds the records kept, byte for byte, compressed again with its codec. Offsets never
+//! move: a consumer sees gaps, as it does with Kafka.
+//!
+//! Three steps keep whole-segment reads and writes off the shard thread:
+//! [`PartitionLog::cleaner_plan`] (on the shard: which segments), [`CleanerPlan::run`] (a
+//! blocking thread: the key map, the segments written again and fsynced) and
+//! [`PartitionLog::install_cleaned`] (on the shard: one rename per segment, indexes built from the
+//! batches written).
+//!
+//! A crash at any point leaves whole segments: a segment written again is `<base>.log.cleaned`
+//! until it is fsynced; the old segment's index files are removed and the directory fsynced before
+//! the rename over `<base>.log`, so whichever log a crash leaves is indexed again by a scan.
+//! Opening a partition removes any `.cleaned` file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::{read_offset_file, sync_dir, write_atomically, PartitionLog};
+use crate::record_batch::{self, BatchError, BatchHeader, RawRecord};
+use crate::storage::segment::{self, Segment, StoredBatch};
+use crate::storage::{timestamp_scan, StorageError};
+
+/// The offset the last compaction reached, per partition (Kafka keeps one such file per log
+/// directory).
+const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// Key → the offset of its last record in the dirty segments.
+type KeyMap = HashMap<Box<[u8]>, i64>;
+/// What a key in the map costs besides its bytes: the boxed slice, the offset, the table's slot.
+const MAP_ENTRY_OVERHEAD: u64 = 48;
+
+/// What one compaction of a partition is to do, decided on its shard.
+#[derive(Debug)]
+pub struct CleanerPlan {
+    dir: PathBuf,
+    /// Sealed segments from the log start to the end of the dirty section, oldest first.
+    segments: Vec<Sealed>,
+    /// `segments[first_dirty..]` were written since the last compaction.
+    first_dirty: usize,
+    delete_retention_ms: i64,
+    buffer_bytes: u64,
+    now_ms: i64,
+}
+
+#[derive(Debug)]
+struct Sealed {
+    base: i64,
+    size: u64,
+    /// The base of the segment after it: where a compaction that ends here has cleaned to.
+    end: i64,
+}
+
+/// What a compaction wrote, to be installed on the partition's shard.
+#[derive(Debug)]
+pub struct Cleaned {
+    dir: PathBuf,
+    rewritten: Vec<Rewritten>,
+    /// Where the next compaction's dirty section starts.
+    cleaned_to: i64,
+    pub records_removed: u64,
+    /// Bytes of the segments written again, before and after.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// A segment written again, at `<base>.log.cleaned`.
+#[derive(Debug)]
+struct Rewritten {
+    base: i64,
+    batches: Vec<StoredBatch>,
+}
+
+/// Why a compaction did not run to its end. Nothing in the log changed.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanError {
+    #[error("compaction I/O failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("a stored batch cannot be compacted: {0}")]
+    Batch(#[from] BatchError),
+    #[error("the keys of segment {base} need {needed} bytes of key map; storage.cleaner_dedupe_buffer_bytes is {buffer}")]
+    BufferTooSmall { base: i64, needed: u64, buffer: u64 },
+}
+
+impl PartitionLog {
+    /// The compaction this log is due, if any: it is compacted, has dirty sealed segments old
+    /// enough, and their share of the log reaches the dirty ratio (or one is overdue).
+    pub fn cleaner_plan(&self, now_ms: i64) -> Option<CleanerPlan> {
+        let c = &self.config.compaction;
+        if !self.config.cleanup.compact || self.sync_failed.is_some() {
+            return None;
+        }
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let sealed = self.segments.values().take(bases.len() - 1);
+        let cleanable: Vec<&Segment> = sealed.take_while(|s| s.max_timestamp <= now_ms.saturating_sub(c.min_lag_ms)).collect();
+        let first_dirty = cleanable.iter().position(|s| s.base_offset >= self.cleaned_to)?;
+        let (clean, dirty) = cleanable.split_at(first_dirty);
+        let dirty_bytes: u64 = dirty.iter().map(|s| s.size()).sum();
+        let clean_bytes: u64 = clean.iter().map(|s| s.size()).sum();
+        if dirty_bytes == 0 {
+            return None;
+        }
+        let ratio = dirty_bytes as f64 / (dirty_bytes + clean_bytes) as f64;
+        let overdue = dirty.iter().any(|s| s.first_timestamp.is_some_and(|t| now_ms.saturating_sub(t) > c.max_lag_ms));
+        if ratio < c.min_dirty_ratio && !overdue {
+            return None;
+        }
+        let segments = cleanable.iter().zip(&bases[1..]).map(|(s, &end)| Sealed { base: s.base_offset, size: s.size(), end }).collect();
+        Some(CleanerPlan {
+            dir: self.dir.clone(),
+            segments,
+            first_dirty,
+            delete_retention_ms: c.delete_retention_ms,
+            buffer_bytes: c.buffer_bytes,
+            now_ms,
+        })
+    }
+
+    /// Puts the segments a compaction wrote in place of those it read. A segment deleted
+    /// meanwhile (retention, DeleteRecords) stays deleted; one left empty is deleted, unless it
+    /// is the first (which keeps the log's start offset).
+    pub fn install_cleaned(&mut self, cleaned: Cleaned, now_ms: i64) -> Result<(), StorageError> {
+        let active = self.active().base_offset;
+        for Rewritten { base, batches } in cleaned.rewritten {
+            let written = cleaned_path(&self.dir, base);
+            let first = self.segments.keys().next() == Some(&base);
+            if base >= active || !self.segments.contains_key(&base) || (batches.is_empty() && !first) {
+                remove_if_present(&written)?;
+                if let Some(segment) = self.segments.remove(&base).filter(|_| base < active) {
+                    segment.delete()?;
+                    self.dir_unsynced = true;
+                }
+                continue;
+            }
+            std::fs::rename(&written, self.dir.join(segment::file_name(base, "log")))?;
+            let mut segment = Segment::from_batches(&self.files, &self.dir, base, self.config.index_interval_bytes, &batches, now_ms);
+            self.unsynced.extend(segment.rebuilt_indexes()?);
+            // Replacing the old segment drops its cached file: reads open the new one.
+            self.segments.insert(base, segment);
+            self.dir_unsynced = true;
+        }
+        if cleaned.cleaned_to > self.cleaned_to {
+            self.cleaned_to = cleaned.cleaned_to;
+            write_atomically(&self.dir.join(CLEANER_CHECKPOINT), cleaned.cleaned_to.to_string().as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+impl Cleaned {
+    /// Removes what the compaction wrote, for a partition that is gone.
+    pub fn discard(self) {
+        for rewritten in self.rewritten {
+            let _ = remove_if_present(&cleaned_path(&self.dir, rewritten.base));
+        }
+    }
+}
+
+impl CleanerPlan {
+    /// Builds the key map and writes the segments that lose records (blocking: run it off the
+    /// shard thread).
+    pub fn run(self) -> Result<Cleaned, CleanError> {
+        let (map, end) = self.key_map()?;
+        let mut cleaned =
+            Cleaned { dir: self.dir.clone(), rewritten: Vec::new(), cleaned_to: 0, records_removed: 0, bytes_before: 0, bytes_after: 0 };
+        for sealed in &self.segments[..end] {
+            if let Some((rewritten, removed, size)) = self.rewrite(sealed, &map)? {
+                cleaned.records_removed += removed;
+                cleaned.bytes_before += sealed.size;
+                cleaned.bytes_after += size;
+                cleaned.rewritten.push(rewritten);
+            }
+        }
+        cleaned.cleaned_to = self.segments[end - 1].end;
+        // The old indexes go before the renames: a crash in between leaves a log to scan.
+        for rewritten in &cleaned.rewritten {
+            for ext in ["index", "timeindex"] {
+                remove_if_present(&self.dir.join(segment::file_name(rewritten.base, ext)))?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        Ok(cleaned)
+    }
+
+    /// The last offset of each key in the dirty segments, and how many segments the map covers
+    /// (those whose keys fit in the buffer, whole segments only).
+    fn key_map(&self) -> Result<(KeyMap, usize), CleanError> {
+        let mut map = KeyMap::new();
+        let mut used = 0u64;
+        for (i, sealed) in self.segments.iter().enumerate().skip(self.first_dirty) {
+            let mut keys = KeyMap::new();
+            for_each_batch(&self.dir, sealed, |_, _, header, records| {
+                for record in records.unwrap_or_default() {
+                    if let Some(key) = record.key.filter(|_| !header.is_control()) {
+                        keys.insert(key.into(), record.offset);
+                    }
+                }
+                Ok(())
+            })?;
+            let needed: u64 = keys.keys().filter(|k| !map.contains_key(*k)).map(|k| k.len() as u64 + MAP_ENTRY_OVERHEAD).sum();
+            if used + needed > self.buffer_bytes {
+                if i == self.first_dirty {
+                    return Err(CleanError::BufferTooSmall { base: sealed.base, needed, buffer: self.buffer_bytes });
+                }
+                return Ok((map, i));
+            }
+            used += needed;
+            map.extend(keys);
+        }
+        Ok((map, self.segments.len()))
+    }
+
+    /// Writes `sealed` again without the records compaction removes; `None` when it loses none.
+    /// Returns the segment written, the records removed and its size.
+    fn rewrite(&self, sealed: &Sealed, map: &KeyMap) -> Result<Option<(Rewritten, u64, u64)>, CleanError> {
+        let keep = |header: &BatchHeader, record: &RawRecord<'_>| {
+            let Some(key) = record.key else { return header.is_control() };
+            let replaced = map.get(key).is_some_and(|&last| record.offset < last);
+            let expired_tombstone = record.tombstone && self.now_ms.saturating_sub(record.timestamp) > self.delete_retention_ms;
+            !replaced && !expired_tombstone
+        };
+        let mut out: Option<BufWriter<File>> = None;
+        let mut batches = Vec::new();
+        let (mut removed, mut size) = (0u64, 0u64);
+        for_each_batch(&self.dir, sealed, |position, raw, header, records| {
+            let records = records.unwrap_or_default();
+            let kept: Vec<RawRecord<'_>> = records.iter().filter(|r| keep(header, r)).copied().collect();
+            removed += (records.len() - kept.len()) as u64;
+            if kept.len() < records.len() && out.is_none() {
+                // The first batch that changes: everything before it is copied as it is.
+                let mut file = BufWriter::new(File::create(cleaned_path(&self.dir, sealed.base))?);
+                let mut old = File::open(self.dir.join(segment::file_name(sealed.base, "log")))?.take(position);
+                io::copy(&mut old, &mut file)?;
+                out = Some(file);
+            }
+            let Some(file) = out.as_mut() else {
+                batches.push(StoredBatch { header: *header, position, len: raw.len() as u32 });
+                size = position + raw.len() as u64;
+                return Ok(());
+            };
+            if kept.is_empty() && !records.is_empty() {
+                return Ok(());
+            }
+            let rebuilt;
+            let bytes = if kept.len() == records.len() {
+                raw
+            } else {
+                rebuilt = record_batch::with_records(header, raw, &kept)?;
+                &rebuilt[..]
+            };
+            file.write_all(bytes)?;
+            let header = BatchHeader::parse(bytes)?;
+            batches.push(StoredBatch { header, position: size, len: bytes.len() as u32 });
+            size += bytes.len() as u64;
+            Ok(())
+        })?;
+        let Some(file) = out else { return Ok(None) };
+        file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
+        Ok(Some((Rewritten { base: sealed.base, batches }, removed, size)))
+    }
+}
+
+/// Calls `f` with each batch of a sealed segment: its position, bytes, header and records (none
+/// for a batch that cannot be looked inside).
+fn for_each_batch(
+    dir: &Path,
+    sealed: &Sealed,
+    mut f: impl FnMut(u64, &[u8], &BatchHeader, Option<&[RawRecord<'_>]>) -> Result<(), CleanError>,
+) -> Result<(), CleanError> {
+    let log = File::open(dir.join(segment::file_name(sealed.base, "log")))?;
+    let mut position = 0u64;
+    let mut buf = Vec::new();
+    while let Some(header) = timestamp_scan::read_header(&log, position, sealed.size)? {
+        let len = header.total_len();
+        buf.resize(len, 0);
+        log.read_exact_at(&mut buf, position)?;
+        let looked_inside = record_batch::payload(&buf);
+        let records = looked_inside.as_ref().ok().and_then(|(header, payload)| record_batch::records(header, payload).ok());
+        if records.is_none() {
+            // Stored before its topic was compacted (a client's batch that decompresses past the
+            // cap, say): it stays as it is, its keys out of the map.
+            tracing::debug!(segment = sealed.base, position, "a batch compaction cannot look inside is kept");
+        }
+        f(position, &buf, &header, records.as_deref())?;
+        position += len as u64;
+    }
+    Ok(())
+}
+
+fn cleaned_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{}.cleaned", segment::file_name(base, "log")))
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The offset the last compaction reached in `dir`; 0 when none ran.
+pub(super) fn read_cleaner_checkpoint(dir: &Path) -> i64 {
+    read_offset_file(&dir.join(CLEANER_CHECKPOINT))
+}
+
+/// Whether a file in a partition directory is a segment a compaction was writing when the
+/// process stopped.
+pub(super) fn is_leftover(name: &str) -> bool {
+    name.ends_with(".log.cleaned")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use kafka_protocol::records::{Compression as Codec, RecordBatchDecoder};
+
+use crate::storage::{CleanupPolicy, CompactionConfig, LogConfig, OpenFiles, PartitionLog, StorageError};
+
+/// A compacted log that compacts whatever is dirty; tombstones stay 1 s.
+fn config() -> LogConfig {
+    let test = LogConfig::for_tests();
+    LogConfig {
+        index_interval_bytes: 1,
+        cleanup: CleanupPolicy { delete: false, compact: true },
+        compaction: CompactionConfig { delete_retention_ms: 1_000, min_dirty_ratio: 0.0, ..test.compaction },
+        ..test
+    }
+}
+
+fn files() -> Rc<OpenFiles> {
+    OpenFiles::new(4)
+}
+
+/// One batch of `(key, value)` records written at `ts`.
+fn batch(records: &[(Option<&str>, Option<&str>)], codec: Codec, ts: i64) -> BytesMut {
+    let pairs: Vec<_> = records.iter().map(|(k, v)| (*k, v.map(str::as_bytes))).collect();
+    crate::record_batch::tests::batch_of(&pairs, codec, None, ts, 0)
+}
+
+/// Every record a consumer reading from `from` gets: (offset, key, value).
+fn consume(log: &PartitionLog, from: i64) -> Vec<(i64, String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while next < log.log_end_offset() {
+        let read = log.read(next, 1 << 20, true).unwrap();
+        let slice = read.slice.unwrap();
+        let mut bytes = vec![0u8; slice.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*slice.file, &mut bytes, slice.position).unwrap();
+        let mut buf = bytes::Bytes::from(bytes);
+        while !buf.is_empty() {
+            let set = RecordBatchDecoder::decode(&mut buf).unwrap();
+            for r in set.records {
+                next = r.offset + 1;
+                if r.offset >= from {
+                    let text = |b: bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
+                    out.push((r.offset, r.key.map(text).unwrap(), r.value.map(text)));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn compact(log: &mut PartitionLog, now: i64) -> u64 {
+    let plan = log.cleaner_plan(now).expect("a compaction is due");
+    let cleaned = plan.run().unwrap();
+    let removed = cleaned.records_removed;
+    log.install_cleaned(cleaned, now).unwrap();
+    removed
+}
+
+fn kv(offset: i64, key: &str, value: &str) -> (i64, String, Option<String>) {
+    (offset, key.to_string(), Some(value.to_string()))
+}
+
+#[test]
+fn keeps_the_last_record_of_each_key_across_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("2")), (Some("c"), Some("3"))], Codec::None, 10), 0).unwrap();
+    log.append(&batch(&[(Some("a"), Some("4"))], Codec::Gzip, 11), 0).unwrap();
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("b"), Some("5")), (Some("d"), Some("6"))], Codec::Zstd, 12), 0).unwrap();
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("a"), Some("7"))], Codec::None, 13), 0).unwrap();
+
+    // The active segment (a=7 at 6) takes no part: a=4 stays until it is sealed.
+    assert_eq!(compact(&mut log, 100), 2);
+    let expected = vec![kv(2, "c", "3"), kv(3, "a", "4"), kv(4, "b", "5"), kv(5, "d", "6"), kv(6, "a", "7")];
+    assert_eq!(consume(&log, 0), expected);
+    // A fetch inside the gap gets the next record kept; the log's ends do not move.
+    assert_eq!(consume(&log, 1), expected);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 7));
+    // Nothing new is dirty: no compaction is due.
+    assert!(log.cleaner_plan(100).is_none());
+
+    // After a crash every sealed segment is scanned again (no recovery point): same records.
+    drop(log);
+    let (mut log, report) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
+    assert_eq!(report.truncated_bytes, 0);
+    assert_eq!(consume(&log, 0), expected);
+
+    // Sealing a=7 makes it dirty: a=4 goes at the next compaction.
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("e"), Some("8"))], Codec::Lz4, 14), 0).unwrap();
+    assert_eq!(compact(&mut log, 100), 1);
+    assert_eq!(consume(&log, 0), vec![kv(2, "c", "3"), kv(4, "b", "5"), kv(5, "d", "6"), kv(6, "a", "7"), kv(7, "e", "8")]);
+
+    // A clean close and open trusts what the compaction wrote.
+    log.close().unwrap();
+    drop(log);
+    let (log, _) = PartitionLog::open(&files(), &path, config(), true, 0).unwrap();
+    assert_eq!(consume(&log, 3).len(), 4);
+}
+
+#[test]
+fn a_segment_left_empty_is_deleted_unless_it_is_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    for value in ["1", "2", "3"] {
+        log.append(&batch(&[(Some("k"), Some(value))], Codec::Snappy, 10), 0).unwrap();
+        log.roll(0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 4);
+    assert_eq!(compact(&mut log, 100), 2);
+    // The first segment stays (empty) and keeps the start; the second is gone.
+    assert_eq!(log.segment_count(), 3);
+    assert_eq!(log.log_start_offset(), 0);
+    assert_eq!(consume(&log, 0), vec![kv(2, "k", "3")]);
+}
+
+#[test]
+fn tombstones_stay_for_delete_retention_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("2"))], Codec::None, 10_000), 0).unwrap();
+    log.append(&batch(&[(Some("a"), None)], Codec::None, 10_000), 0).unwrap();
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("c"), Some("3"))], Codec::None, 10_000), 0).unwrap();
+    // Within delete.retention.ms (1 s) of the tombstone's time: it stays, a=1 goes.
+    compact(&mut log, 10_500);
+    let tombstone = (2, "a".to_string(), None);
+    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), tombstone, kv(3, "c", "3")]);
+    // Later, once more is dirty: the tombstone goes too.
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("d"), Some("4"))], Codec::None, 20_000), 0).unwrap();
+    compact(&mut log, 20_000);
+    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), kv(3, "c", "3"), kv(4, "d", "4")]);
+}
+
+#[test]
+fn when_compaction_is_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { compaction: CompactionConfig { min_lag_ms: 5_000, min_dirty_ratio: 0.5, ..config().compaction }, ..config() };
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
+    log.append(&batch(&[(Some("a"), Some("1"))], Codec::None, 10_000), 0).unwrap();
+    log.roll(0).unwrap();
+    // Younger than min.compaction.lag.ms; only the active segment; nothing sealed.
+    assert!(log.cleaner_plan(12_000).is_none());
+    assert!(log.cleaner_plan(16_000).is_some());
+    compact(&mut log, 16_000);
+    // One dirty segment as large as the clean one: a ratio of 0.5 is reached; a third is not.
+    log.append(&batch(&[(Some("b"), Some("2"))], Codec::None, 10_000), 0).unwrap();
+    log.roll(0).unwrap();
+    assert!(log.cleaner_plan(16_000).is_some());
+    log.set_config(LogConfig { compaction: CompactionConfig { min_dirty_ratio: 0.6, ..cfg.compaction }, ..cfg });
+    assert!(log.cleaner_plan(16_000).is_none());
+    // Unless a dirty record is older than max.compaction.lag.ms.
+    log.set_config(LogConfig { compaction: CompactionConfig { min_dirty_ratio: 0.6, max_lag_ms: 1_000, ..cfg.compaction }, ..cfg });
+    assert!(log.cleaner_plan(16_000).is_some());
+    // A log that is not compacted never is.
+    log.set_config(LogConfig { cleanup: CleanupPolicy { delete: true, compact: false }, ..cfg });
+    assert!(log.cleaner_plan(16_000).is_none());
+}
+
+#[test]
+fn a_key_map_too_small_for_one_segment_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { compaction: CompactionConfig { buffer_bytes: 100, ..config().compaction }, ..config() };
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("2")), (Some("c"), Some("3"))], Codec::None, 10), 0).unwrap();
+    log.roll(0).unwrap();
+    let error = log.cleaner_plan(100).unwrap().run().unwrap_err();
+    assert!(error.to_string().contains("storage.cleaner_dedupe_buffer_bytes"), "{error}");
+    assert_eq!(consume(&log, 0).len(), 3);
+}
+
+#[test]
+fn compacted_topics_refuse_keyless_records_and_delete_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    let refused = log.append(&batch(&[(Some("a"), Some("1")), (None, Some("2"))], Codec::Gzip, 10), 0).unwrap_err();
+    assert!(matches!(refused, StorageError::NoKey { .. }));
+    assert_eq!(refused.to_string(), "Compacted topic cannot accept message without key in topic partition t-0");
+    assert_eq!(log.log_end_offset(), 0);
+    log.append(&batch(&[(Some("a"), Some("1"))], Codec::None, 10), 0).unwrap();
+    let refused = log.delete_records_before(1).unwrap_err();
+    assert_eq!(refused.to_string(), "Records of partition t-0 can not be deleted due to the configured policy");
+    // compact,delete takes both.
+    log.set_config(LogConfig { cleanup: CleanupPolicy { delete: true, compact: true }, ..config() });
+    assert_eq!(log.delete_records_before(1).unwrap(), 1);
+}
+
+#[test]
+fn opening_removes_what_an_interrupted_compaction_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("a"), Some("2"))], Codec::None, 10), 0).unwrap();
+    log.roll(0).unwrap();
+    let cleaned = log.cleaner_plan(100).unwrap().run().unwrap();
+    assert!(path.join("00000000000000000000.log.cleaned").exists());
+    drop((cleaned, log));
+    let (log, _) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
+    assert!(!path.join("00000000000000000000.log.cleaned").exists());
+    assert_eq!(consume(&log, 0), vec![kv(0, "a", "1"), kv(1, "a", "2")]);
+}
+
+#[test]
+fn a_batch_that_cannot_be_looked_inside_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = LogConfig { cleanup: CleanupPolicy { delete: true, compact: false }, ..config() };
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), plain, 0);
+    // Written before the topic was compacted: gzip that does not decompress, under a valid CRC.
+    let mut opaque = batch(&[(Some("x"), Some("1"))], Codec::Gzip, 10).to_vec();
+    opaque[61..].fill(0xab);
+    let crc = crc32c::crc32c(&opaque[21..]);
+    opaque[17..21].copy_from_slice(&crc.to_be_bytes());
+    log.append(&opaque, 0).unwrap();
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("a"), Some("2"))], Codec::None, 10), 0).unwrap();
+    log.roll(0).unwrap();
+    log.set_config(config());
+    assert_eq!(compact(&mut log, 100), 1);
+    let read = log.read(0, 1 << 20, true).unwrap();
+    assert_eq!(read.first_batch_len as usize, opaque.len());
+    assert_eq!(consume(&log, 1), vec![kv(2, "a", "2")]);
+}
