@@ -117,7 +117,7 @@ impl PartitionLog {
     /// Creates the directory and the first segment's file, before the first append.
     fn materialize(&mut self) -> io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        self.active().create_file()?;
+        self.active_mut().create_file()?;
         self.on_disk = true;
         self.dir_unsynced = true;
         self.parent_unsynced = true;

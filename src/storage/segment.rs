@@ -8,7 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -31,12 +31,19 @@ pub(crate) struct BatchPosition {
     pub(crate) header: BatchHeader,
 }
 
-/// A batch as written to a segment: where it is and what its header says.
+/// A batch as written to a segment: where it is, and what of its header the indexes need.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StoredBatch {
-    pub(crate) header: BatchHeader,
     pub(crate) position: u64,
     pub(crate) len: u32,
+    pub(crate) last_offset: i64,
+    pub(crate) max_timestamp: i64,
+}
+
+impl StoredBatch {
+    pub(crate) fn of(header: &BatchHeader, position: u64, len: u32) -> StoredBatch {
+        StoredBatch { position, len, last_offset: header.last_offset(), max_timestamp: header.max_timestamp }
+    }
 }
 
 /// A segment of one partition. Lives on the shard that owns the partition; the log file handle is
@@ -46,6 +53,9 @@ pub(crate) struct StoredBatch {
 pub(crate) struct Segment {
     pub(crate) base_offset: i64,
     log: CachedFile,
+    /// The log file's inode: a timestamp scan run off the shard tells by it whether compaction
+    /// has put another file in this one's place since the scan was prepared.
+    inode: u64,
     /// Bytes of valid batches in the log file.
     size: u64,
     index: OffsetIndex,
@@ -66,7 +76,7 @@ pub(crate) struct Segment {
 impl Segment {
     /// Creates a new, empty segment.
     pub(crate) fn create(files: &Rc<OpenFiles>, dir: &Path, base_offset: i64, index_interval: u32, now_ms: i64) -> io::Result<Segment> {
-        let segment = Segment::unwritten(files, dir, base_offset, index_interval, now_ms);
+        let mut segment = Segment::unwritten(files, dir, base_offset, index_interval, now_ms);
         segment.create_file()?;
         Ok(segment)
     }
@@ -78,9 +88,10 @@ impl Segment {
     }
 
     /// Creates (or empties) the segment's log file.
-    pub(crate) fn create_file(&self) -> io::Result<()> {
+    pub(crate) fn create_file(&mut self) -> io::Result<()> {
         let opened = OpenOptions::new().create(true).read(true).append(true).open(self.log.path())?;
         opened.set_len(0)?;
+        self.inode = opened.metadata()?.ino();
         self.log.insert(opened)?;
         Ok(())
     }
@@ -90,6 +101,7 @@ impl Segment {
         Segment {
             base_offset,
             log,
+            inode: 0,
             size: 0,
             index: OffsetIndex::new(&dir.join(file_name(base_offset, "index")), base_offset),
             time_index: TimeIndex::new(&dir.join(file_name(base_offset, "timeindex")), base_offset),
@@ -119,10 +131,12 @@ impl Segment {
     ) -> io::Result<(Segment, Recovery)> {
         let log_path = dir.join(file_name(base_offset, "log"));
         let opened = OpenOptions::new().read(true).append(true).open(&log_path)?;
-        let file_len = opened.metadata()?.len();
+        let metadata = opened.metadata()?;
+        let file_len = metadata.len();
         let log = files.file(log_path);
         log.insert(opened)?;
         let mut segment = Segment::empty(log, dir, base_offset, index_interval, now_ms);
+        segment.inode = metadata.ino();
         if trust_indexes && file_len > 0 && segment.load_indexes(file_len)? {
             return Ok((segment, Recovery::default()));
         }
@@ -141,18 +155,20 @@ impl Segment {
         index_interval: u32,
         batches: &[StoredBatch],
         now_ms: i64,
-    ) -> Segment {
-        let log = files.file(dir.join(file_name(base_offset, "log")));
-        let mut segment = Segment::empty(log, dir, base_offset, index_interval, now_ms);
+    ) -> io::Result<Segment> {
+        let path = dir.join(file_name(base_offset, "log"));
+        let inode = std::fs::metadata(&path)?.ino();
+        let mut segment = Segment::empty(files.file(path), dir, base_offset, index_interval, now_ms);
+        segment.inode = inode;
         if let Some(first) = batches.first() {
-            segment.first_timestamp = valid_ts(first.header.max_timestamp);
+            segment.first_timestamp = valid_ts(first.max_timestamp);
         }
-        for batch in batches {
-            segment.track(&batch.header, batch.position, batch.len);
+        for &batch in batches {
+            segment.track(batch);
             segment.size = batch.position + batch.len as u64;
         }
         segment.record_max_timestamp();
-        segment
+        Ok(segment)
     }
 
     /// Loads the index files and the offsets and timestamps they give; `false` when they cannot
@@ -208,7 +224,7 @@ impl Segment {
                 self.first_timestamp = valid_ts(header.max_timestamp);
                 first = false;
             }
-            self.track(&header, position, total as u32);
+            self.track(StoredBatch::of(&header, position, total as u32));
             position += total as u64;
             recovery.batches += 1;
         }
@@ -245,24 +261,24 @@ impl Segment {
         Ok(last)
     }
 
-    /// Updates the indexes and offset bookkeeping for a batch just written at `position`.
-    fn track(&mut self, header: &BatchHeader, position: u64, len: u32) {
+    /// Updates the indexes and offset bookkeeping for a batch just written.
+    fn track(&mut self, batch: StoredBatch) {
         if self.bytes_since_index >= self.index_interval {
-            self.index.append(header.last_offset(), position as u32);
-            self.time_index.maybe_append(self.max_timestamp.max(header.max_timestamp), self.offset_for_time(header));
+            self.index.append(batch.last_offset, batch.position as u32);
+            self.time_index.maybe_append(self.max_timestamp.max(batch.max_timestamp), self.offset_for_time(&batch));
             self.bytes_since_index = 0;
         }
-        self.bytes_since_index += len;
-        if header.max_timestamp > self.max_timestamp {
-            self.max_timestamp = header.max_timestamp;
-            self.offset_of_max_timestamp = header.last_offset();
+        self.bytes_since_index += batch.len;
+        if batch.max_timestamp > self.max_timestamp {
+            self.max_timestamp = batch.max_timestamp;
+            self.offset_of_max_timestamp = batch.last_offset;
         }
-        self.next_offset = header.last_offset() + 1;
+        self.next_offset = batch.last_offset + 1;
     }
 
-    fn offset_for_time(&self, header: &BatchHeader) -> i64 {
-        if header.max_timestamp > self.max_timestamp {
-            header.last_offset()
+    fn offset_for_time(&self, batch: &StoredBatch) -> i64 {
+        if batch.max_timestamp > self.max_timestamp {
+            batch.last_offset
         } else {
             self.offset_of_max_timestamp.max(self.base_offset)
         }
@@ -291,7 +307,7 @@ impl Segment {
             self.first_timestamp = valid_ts(header.max_timestamp);
         }
         self.size += total as u64;
-        self.track(header, position, total as u32);
+        self.track(StoredBatch::of(header, position, total as u32));
         Ok(())
     }
 
@@ -342,7 +358,14 @@ impl Segment {
 
     fn scan_from(&self, from_offset: i64, target: Target) -> TimestampScan {
         let (_, position) = self.index.lookup(from_offset);
-        TimestampScan { log: self.log.path().to_path_buf(), position: position as u64, size: self.size, from_offset, target }
+        TimestampScan {
+            log: self.log.path().to_path_buf(),
+            inode: self.inode,
+            position: position as u64,
+            size: self.size,
+            from_offset,
+            target,
+        }
     }
 
     /// Calls `f` with the header of every batch, in order (producer-state rebuild).

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
 use crate::record_batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
@@ -45,6 +45,8 @@ impl TimestampLookup {
 #[derive(Debug)]
 pub(super) struct TimestampScan {
     pub(super) log: PathBuf,
+    /// The file's inode when the lookup was prepared.
+    pub(super) inode: u64,
     /// Where to start reading: the offset index's position for `from_offset`.
     pub(super) position: u64,
     pub(super) size: u64,
@@ -63,15 +65,18 @@ pub(super) enum Target {
 }
 
 impl TimestampScan {
-    /// A segment that retention deleted meanwhile holds no answer any more.
+    /// A segment that retention deleted meanwhile holds no answer any more. One that compaction
+    /// wrote again is read from its start (the positions prepared were the old file's).
     fn run(&self) -> Result<Option<(i64, i64)>, StorageError> {
         let log = match File::open(&self.log) {
             Ok(log) => log,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut position = self.position;
-        while let Some(header) = read_header(&log, position, self.size)? {
+        let metadata = log.metadata()?;
+        let (mut position, size) =
+            if metadata.ino() == self.inode { (self.position, self.size) } else { (0, metadata.len().min(self.size)) };
+        while let Some(header) = read_header(&log, position, size)? {
             if header.last_offset() >= self.from_offset {
                 match self.target {
                     Target::AtOrAfter(timestamp) if header.max_timestamp >= timestamp => {

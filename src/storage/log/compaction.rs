@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -81,7 +82,10 @@ pub struct Cleaned {
 #[derive(Debug)]
 struct Rewritten {
     base: i64,
-    batches: Vec<StoredBatch>,
+    /// Its batches, to index it without reading it back; `None` when listing them would have
+    /// taken more than the key map's buffer (a segment of tiny batches), and it is scanned.
+    batches: Option<Vec<StoredBatch>>,
+    size: u64,
 }
 
 /// Why a compaction did not run to its end. Nothing in the log changed.
@@ -91,8 +95,8 @@ pub enum CleanError {
     Io(#[from] io::Error),
     #[error("a stored batch cannot be compacted: {0}")]
     Batch(#[from] BatchError),
-    #[error("the keys of segment {base} need {needed} bytes of key map; storage.cleaner_dedupe_buffer_bytes is {buffer}")]
-    BufferTooSmall { base: i64, needed: u64, buffer: u64 },
+    #[error("the keys of segment {base} do not fit in storage.cleaner_dedupe_buffer_bytes ({buffer} bytes)")]
+    BufferTooSmall { base: i64, buffer: u64 },
 }
 
 impl PartitionLog {
@@ -134,19 +138,24 @@ impl PartitionLog {
     /// is the first (which keeps the log's start offset).
     pub fn install_cleaned(&mut self, cleaned: Cleaned, now_ms: i64) -> Result<(), StorageError> {
         let active = self.active().base_offset;
-        for Rewritten { base, batches } in cleaned.rewritten {
+        for Rewritten { base, batches, size } in cleaned.rewritten {
             let written = cleaned_path(&self.dir, base);
-            let first = self.segments.keys().next() == Some(&base);
-            if base >= active || !self.segments.contains_key(&base) || (batches.is_empty() && !first) {
+            if base >= active || !self.segments.contains_key(&base) {
                 remove_if_present(&written)?;
-                if let Some(segment) = self.segments.remove(&base).filter(|_| base < active) {
-                    segment.delete()?;
-                    self.dir_unsynced = true;
-                }
+                continue;
+            }
+            if size == 0 && self.segments.keys().next() != Some(&base) {
+                remove_if_present(&written)?;
+                self.segments.remove(&base).expect("present").delete()?;
+                self.dir_unsynced = true;
                 continue;
             }
             std::fs::rename(&written, self.dir.join(segment::file_name(base, "log")))?;
-            let mut segment = Segment::from_batches(&self.files, &self.dir, base, self.config.index_interval_bytes, &batches, now_ms);
+            let interval = self.config.index_interval_bytes;
+            let mut segment = match batches {
+                Some(batches) => Segment::from_batches(&self.files, &self.dir, base, interval, &batches, now_ms)?,
+                None => Segment::open(&self.files, &self.dir, base, interval, false, now_ms)?.0,
+            };
             self.unsynced.extend(segment.rebuilt_indexes()?);
             // Replacing the old segment drops its cached file: reads open the new one.
             self.segments.insert(base, segment);
@@ -201,19 +210,24 @@ impl CleanerPlan {
         let mut map = KeyMap::new();
         let mut used = 0u64;
         for (i, sealed) in self.segments.iter().enumerate().skip(self.first_dirty) {
+            // This segment's keys, counted as they come so that no more than the buffer is held.
             let mut keys = KeyMap::new();
-            for_each_batch(&self.dir, sealed, |_, _, header, records| {
+            let mut needed = 0u64;
+            let read = for_each_batch(&self.dir, sealed, |_, _, header, records| {
                 for record in records.unwrap_or_default() {
-                    if let Some(key) = record.key.filter(|_| !header.is_control()) {
-                        keys.insert(key.into(), record.offset);
+                    let Some(key) = record.key.filter(|_| !header.is_control()) else { continue };
+                    if keys.insert(key.into(), record.offset).is_none() && !map.contains_key(key) {
+                        needed += key.len() as u64 + MAP_ENTRY_OVERHEAD;
+                        if used + needed > self.buffer_bytes {
+                            return Ok(ControlFlow::Break(()));
+                        }
                     }
                 }
-                Ok(())
+                Ok(ControlFlow::Continue(()))
             })?;
-            let needed: u64 = keys.keys().filter(|k| !map.contains_key(*k)).map(|k| k.len() as u64 + MAP_ENTRY_OVERHEAD).sum();
-            if used + needed > self.buffer_bytes {
+            if read.is_break() {
                 if i == self.first_dirty {
-                    return Err(CleanError::BufferTooSmall { base: sealed.base, needed, buffer: self.buffer_bytes });
+                    return Err(CleanError::BufferTooSmall { base: sealed.base, buffer: self.buffer_bytes });
                 }
                 return Ok((map, i));
             }
@@ -233,9 +247,11 @@ impl CleanerPlan {
             !replaced && !expired_tombstone
         };
         let mut out: Option<BufWriter<File>> = None;
-        let mut batches = Vec::new();
+        let mut batches = Some(Vec::new());
+        let most_batches = self.buffer_bytes as usize / std::mem::size_of::<StoredBatch>();
         let (mut removed, mut size) = (0u64, 0u64);
-        for_each_batch(&self.dir, sealed, |position, raw, header, records| {
+        // Every batch is read: the closure never breaks.
+        let _: ControlFlow<()> = for_each_batch(&self.dir, sealed, |position, raw, header, records| {
             let records = records.unwrap_or_default();
             let kept: Vec<RawRecord<'_>> = records.iter().filter(|r| keep(header, r)).copied().collect();
             removed += (records.len() - kept.len()) as u64;
@@ -246,13 +262,21 @@ impl CleanerPlan {
                 io::copy(&mut old, &mut file)?;
                 out = Some(file);
             }
+            let mut list = |batch: StoredBatch| {
+                if batches.as_ref().is_some_and(|b| b.len() >= most_batches) {
+                    batches = None;
+                }
+                if let Some(batches) = batches.as_mut() {
+                    batches.push(batch);
+                }
+            };
             let Some(file) = out.as_mut() else {
-                batches.push(StoredBatch { header: *header, position, len: raw.len() as u32 });
+                list(StoredBatch::of(header, position, raw.len() as u32));
                 size = position + raw.len() as u64;
-                return Ok(());
+                return Ok(ControlFlow::Continue(()));
             };
             if kept.is_empty() && !records.is_empty() {
-                return Ok(());
+                return Ok(ControlFlow::Continue(()));
             }
             let rebuilt;
             let bytes = if kept.len() == records.len() {
@@ -262,24 +286,23 @@ impl CleanerPlan {
                 &rebuilt[..]
             };
             file.write_all(bytes)?;
-            let header = BatchHeader::parse(bytes)?;
-            batches.push(StoredBatch { header, position: size, len: bytes.len() as u32 });
+            list(StoredBatch::of(&BatchHeader::parse(bytes)?, size, bytes.len() as u32));
             size += bytes.len() as u64;
-            Ok(())
+            Ok(ControlFlow::Continue(()))
         })?;
         let Some(file) = out else { return Ok(None) };
         file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
-        Ok(Some((Rewritten { base: sealed.base, batches }, removed, size)))
+        Ok(Some((Rewritten { base: sealed.base, batches, size }, removed, size)))
     }
 }
 
 /// Calls `f` with each batch of a sealed segment: its position, bytes, header and records (none
-/// for a batch that cannot be looked inside).
+/// for a batch that cannot be looked inside), until `f` breaks.
 fn for_each_batch(
     dir: &Path,
     sealed: &Sealed,
-    mut f: impl FnMut(u64, &[u8], &BatchHeader, Option<&[RawRecord<'_>]>) -> Result<(), CleanError>,
-) -> Result<(), CleanError> {
+    mut f: impl FnMut(u64, &[u8], &BatchHeader, Option<&[RawRecord<'_>]>) -> Result<ControlFlow<()>, CleanError>,
+) -> Result<ControlFlow<()>, CleanError> {
     let log = File::open(dir.join(segment::file_name(sealed.base, "log")))?;
     let mut position = 0u64;
     let mut buf = Vec::new();
@@ -294,10 +317,12 @@ fn for_each_batch(
             // cap, say): it stays as it is, its keys out of the map.
             tracing::debug!(segment = sealed.base, position, "a batch compaction cannot look inside is kept");
         }
-        f(position, &buf, &header, records.as_deref())?;
+        if f(position, &buf, &header, records.as_deref())?.is_break() {
+            return Ok(ControlFlow::Break(()));
+        }
         position += len as u64;
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 fn cleaned_path(dir: &Path, base: i64) -> PathBuf {

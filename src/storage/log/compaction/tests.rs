@@ -225,3 +225,38 @@ fn a_batch_that_cannot_be_looked_inside_is_kept() {
     assert_eq!(read.first_batch_len as usize, opaque.len());
     assert_eq!(consume(&log, 1), vec![kv(2, "a", "2")]);
 }
+
+#[test]
+fn a_timestamp_lookup_prepared_before_a_compaction_reads_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("1"))], Codec::None, 10), 0).unwrap();
+    log.append(&batch(&[(Some("a"), Some("2"))], Codec::None, 20), 0).unwrap();
+    log.append(&batch(&[(Some("c"), Some("3"))], Codec::None, 30), 0).unwrap();
+    log.roll(0).unwrap();
+    let lookup = log.timestamp_lookup(30);
+    // The compaction shortens the first batch: the third moves to an earlier position.
+    compact(&mut log, 100);
+    assert_eq!(lookup.run().unwrap(), Some((3, 30)));
+    assert_eq!(log.timestamp_lookup(30).run().unwrap(), Some((3, 30)));
+}
+
+#[test]
+fn a_segment_of_more_batches_than_the_buffer_lists_is_indexed_by_a_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    log.append(&batch(&[(Some("a"), Some("1"))], Codec::None, 10), 0).unwrap();
+    for i in 0..10 {
+        log.append(&batch(&[(Some(&format!("k{i}")), Some("v"))], Codec::None, 11 + i), 0).unwrap();
+    }
+    log.roll(0).unwrap();
+    assert_eq!(compact(&mut log, 100), 0);
+    // Room in the buffer for the one dirty key, and for five batches in the list of those written.
+    log.set_config(LogConfig { compaction: CompactionConfig { buffer_bytes: 160, ..config().compaction }, ..config() });
+    log.append(&batch(&[(Some("a"), Some("2"))], Codec::None, 30), 0).unwrap();
+    log.roll(0).unwrap();
+    assert_eq!(compact(&mut log, 100), 1);
+    let records = consume(&log, 0);
+    assert_eq!((records.len(), records[0].0, records[10].clone()), (11, 1, kv(11, "a", "2")));
+    assert_eq!(log.timestamp_lookup(15).run().unwrap(), Some((5, 15)));
+}
