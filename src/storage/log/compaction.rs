@@ -216,7 +216,12 @@ impl CleanerPlan {
             let read = for_each_batch(&self.dir, sealed, |_, _, header, records| {
                 for record in records.unwrap_or_default() {
                     let Some(key) = record.key.filter(|_| !header.is_control()) else { continue };
-                    if keys.insert(key.into(), record.offset).is_none() && !map.contains_key(key) {
+                    if let Some(last) = keys.get_mut(key) {
+                        *last = record.offset;
+                        continue;
+                    }
+                    keys.insert(key.into(), record.offset);
+                    if !map.contains_key(key) {
                         needed += key.len() as u64 + MAP_ENTRY_OVERHEAD;
                         if used + needed > self.buffer_bytes {
                             return Ok(ControlFlow::Break(()));
