@@ -3,9 +3,10 @@
 //!
 //! corral never decompresses on the fetch path, and on the produce path only for a compacted
 //! topic (every record must have a key, as Kafka checks); otherwise only the paths that must see
-//! inside a batch do (ListOffsets by timestamp, MAX_TIMESTAMP, the cleaner). A batch is a client's bytes, so
-//! a few kilobytes may claim gigabytes: every codec here stops at [`MAX_DECOMPRESSED_BYTES`],
-//! and the records a batch claims must fit what it decompressed to before any are decoded.
+//! inside a batch do (ListOffsets by timestamp, MAX_TIMESTAMP, the cleaner). A batch is a
+//! client's bytes, so a few kilobytes may claim gigabytes: every codec here stops at
+//! [`MAX_DECOMPRESSED_BYTES`], and the records a batch claims must fit what it decompressed to
+//! before any are decoded.
 
 use std::io::Read;
 
