@@ -5,7 +5,8 @@
 #
 # Idempotent, and meant to work from a clean checkout on a fresh Debian machine (as root, or with
 # sudo): it installs missing Debian packages (kcat, Python venv support, Node.js/npm, a C
-# compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime, Prometheus, Chromium),
+# compiler, LinkedIn Burrow and the ZooKeeper it needs with a Java runtime, Prometheus, Chromium,
+# patchelf and kmod), installs a User-mode Linux kernel with kTLS into .cache/uml (scripts/uml.sh),
 # builds kustomize from its Go module, creates .venv with
 # the pinned Python packages of tests/e2e/requirements.txt, installs KafkaJS from
 # tests/e2e/js/package-lock.json, resolves Apache Kafka 4.4 from Maven Central (tests/kafka/pom.xml,
@@ -95,6 +96,21 @@ export KUSTOMIZE
 "$VENV/bin/python" -c 'import kubernetes_validate' || die "kubernetes-validate is missing from .venv"
 printf 'prometheus: %s\nchromium: %s\nkustomize: %s\n' \
     "$(prometheus --version 2>&1 | head -n1)" "$(chromium --version 2>/dev/null | head -n1)" "$KUSTOMIZE_VERSION" >&2
+
+# --- A kernel with kTLS ---------------------------------------------------------------------------
+
+# tests/e2e/test_kernel_tls.py: this machine's kernel has no kernel TLS, so those tests boot a
+# User-mode Linux kernel that has it (scripts/uml.sh: Debian testing's user-mode-linux and the
+# glibc it needs, into .cache/uml), with patchelf to point it at that glibc, and kmod's modprobe
+# to load its modules; the guest also runs `ip` and `poweroff` of this machine.
+phase "user-mode linux with kTLS (.cache/uml)"
+need_cmd curl curl
+need_cmd xz xz-utils
+need_cmd patchelf patchelf
+need_cmd modprobe kmod
+need_cmd ip iproute2
+need_cmd poweroff systemd-sysv
+bash scripts/uml.sh
 
 # --- Apache Kafka and the Java client -----------------------------------------------------------
 

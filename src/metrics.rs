@@ -52,6 +52,7 @@ pub const SIDECAR_GROUP_REQUESTS: &str = "corral_sidecar_group_requests_total";
 pub const SIDECAR_COORDINATOR_LOOKUPS: &str = "corral_sidecar_coordinator_lookups_total";
 pub const SASL_AUTHENTICATIONS: &str = "corral_sasl_authentications_total";
 pub const TLS_HANDSHAKES_FAILED: &str = "corral_tls_handshakes_failed_total";
+pub const TLS_CONNECTIONS: &str = "corral_tls_connections_total";
 pub const SECURITY_FILES_RELOADED: &str = "corral_security_files_reloaded_total";
 pub const QUOTA_THROTTLES: &str = "corral_quota_throttles_total";
 pub const QUOTA_THROTTLE_MS: &str = "corral_quota_throttle_milliseconds_total";
@@ -106,6 +107,10 @@ fn describe() {
     describe_gauge!(UPSTREAM_CONNECTIONS, "Connections to upstream brokers open or being opened, on every shard");
     describe_counter!(UPSTREAM_RETRIES, "Requests sent to the upstream again after a metadata refresh, by API");
     describe_counter!(SASL_AUTHENTICATIONS, "SASL authentications finished, by mechanism and outcome (ok, failed)");
+    describe_counter!(
+        TLS_CONNECTIONS,
+        "Client connections whose TLS handshake completed, by listener and by who encrypts: the kernel (kTLS) or rustls"
+    );
     describe_counter!(TLS_HANDSHAKES_FAILED, "Client connections closed because their TLS handshake failed or timed out, by listener");
     describe_counter!(SECURITY_FILES_RELOADED, "TLS certificates and SASL credentials loaded again after their files changed (what)");
     describe_counter!(QUOTA_THROTTLES, "Requests over their client quota, by quota (produce, fetch, request)");
@@ -325,6 +330,12 @@ pub fn connection_closed(reason: &'static str) {
 /// A SASL exchange finished.
 pub fn sasl_authentication(mechanism: &str, ok: bool) {
     counter!(SASL_AUTHENTICATIONS, "mechanism" => mechanism.to_string(), "outcome" => if ok { "ok" } else { "failed" }).increment(1);
+}
+
+/// A client's TLS handshake completed; `kernel`: the kernel took the session (kTLS).
+pub fn tls_connection(listener: &str, kernel: bool) {
+    let encryption = if kernel { "kernel" } else { "rustls" };
+    counter!(TLS_CONNECTIONS, "listener" => listener.to_string(), "encryption" => encryption).increment(1);
 }
 
 /// A client's TLS handshake failed or timed out.

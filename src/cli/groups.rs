@@ -48,8 +48,12 @@ pub enum GroupsCommand {
 /// HTTPS toward the node when `--ca-file` is given.
 fn tls_connector(args: &GroupsArgs) -> Result<Option<tokio_rustls::TlsConnector>, String> {
     let Some(ca_file) = &args.ca_file else { return Ok(None) };
-    let tls =
-        crate::config::TlsConfig { cert_file: args.cert_file.clone(), key_file: args.key_file.clone(), ca_file: Some(ca_file.clone()) };
+    let tls = crate::config::TlsConfig {
+        cert_file: args.cert_file.clone(),
+        key_file: args.key_file.clone(),
+        ca_file: Some(ca_file.clone()),
+        ..Default::default()
+    };
     let certificate = match &args.cert_file {
         Some(_) => Some(crate::security::tls::CertificateFiles::load(&tls).map_err(|e| e.to_string())?),
         None => None,

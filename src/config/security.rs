@@ -71,7 +71,7 @@ pub struct ListenerConfig {
 
 /// `[tls]`: the certificate every TLS listener presents, and the CA client certificates are
 /// checked against.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM: the certificate chain, the node's own first.
@@ -80,6 +80,15 @@ pub struct TlsConfig {
     pub key_file: Option<PathBuf>,
     /// PEM: the CAs a client certificate must chain to (listeners with `client_auth`).
     pub ca_file: Option<PathBuf>,
+    /// Hand a Kafka listener's connection to kernel TLS (kTLS) after its handshake, where the
+    /// kernel offers it for the cipher suite agreed: fetches then keep sendfile(2).
+    pub ktls: bool,
+}
+
+impl Default for TlsConfig {
+    fn default() -> TlsConfig {
+        TlsConfig { cert_file: None, key_file: None, ca_file: None, ktls: true }
+    }
 }
 
 /// SASL mechanisms corral serves.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -62,7 +62,7 @@ impl ClientWriter for OwnedWriteHalf {
     }
 }
 
-impl ClientWriter for tokio::io::WriteHalf<tokio_rustls::server::TlsStream<TcpStream>> {
+impl<IO: AsyncRead + AsyncWrite + Unpin + 'static> ClientWriter for tokio::io::WriteHalf<tokio_rustls::server::TlsStream<IO>> {
     fn tcp(&self) -> Option<&TcpStream> {
         None
     }
@@ -74,15 +74,22 @@ pub(crate) async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, peer: SocketA
     serve(shard, read_half, write_half, peer, security).await;
 }
 
-/// Serves a connection whose TLS handshake is done.
-pub(crate) async fn serve_tls(
+/// Serves a connection whose TLS handshake is done, encrypted by rustls.
+pub(crate) async fn serve_tls<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
     shard: Rc<Shard>,
-    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    stream: tokio_rustls::server::TlsStream<IO>,
     peer: SocketAddr,
     security: ConnectionSecurity,
 ) {
     let (read_half, write_half) = tokio::io::split(stream);
     serve(shard, read_half, write_half, peer, security).await;
+}
+
+/// Serves a TLS connection the kernel encrypts (kTLS): a plain socket to corral, so fetches
+/// keep sendfile(2). `early` is what rustls had decrypted before it gave the session up.
+pub(crate) async fn serve_kernel_tls(shard: Rc<Shard>, stream: TcpStream, early: Vec<u8>, peer: SocketAddr, security: ConnectionSecurity) {
+    let (read_half, write_half) = stream.into_split();
+    serve(shard, std::io::Cursor::new(early).chain(read_half), write_half, peer, security).await;
 }
 
 /// Serves one connection until the client closes it, it sends something unservable, or the

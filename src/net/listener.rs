@@ -1,6 +1,6 @@
 //! Kafka listeners: one SO_REUSEPORT socket per shard on each listener's address, so the kernel
 //! spreads incoming connections across shards. A TLS listener finishes the handshake before the
-//! connection reads its first request.
+//! connection reads its first request, and gives the session to the kernel where it takes it.
 
 use std::io;
 use std::net::SocketAddr;
@@ -8,13 +8,19 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ktls::CorkStream;
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::task::TaskTracker;
 
 use crate::runtime::Shard;
+use crate::security::kernel_tls::{self, Accepted};
 use crate::security::session::ConnectionSecurity;
+use crate::security::Listener;
 
 const BACKLOG: i32 = 1024;
 
@@ -45,7 +51,7 @@ pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<(Vec<std::net::
 pub(crate) async fn accept_loop(
     shard: &Rc<Shard>,
     socket: TcpListener,
-    listener: Arc<crate::security::Listener>,
+    listener: Arc<Listener>,
     limit: Arc<Semaphore>,
     connections: &TaskTracker,
 ) {
@@ -77,24 +83,7 @@ pub(crate) async fn accept_loop(
                 connections.spawn_local(async move {
                     match &listener.tls {
                         None => super::connection::serve_tcp(shard, stream, peer, ConnectionSecurity::new(listener.clone(), None)).await,
-                        Some(acceptor) => {
-                            let timeout = Duration::from_millis(shard.node.config.kafka.request_body_timeout_ms);
-                            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-                                Ok(Ok(stream)) => {
-                                    let certificate = crate::security::tls::client_principal(stream.get_ref().1);
-                                    let security = ConnectionSecurity::new(listener.clone(), certificate);
-                                    super::connection::serve_tls(shard, stream, peer, security).await
-                                }
-                                Ok(Err(e)) => {
-                                    tracing::info!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
-                                    crate::metrics::tls_handshake_failed(&listener.name);
-                                }
-                                Err(_) => {
-                                    tracing::info!(%peer, listener = %listener.name, "TLS handshake did not finish within request_body_timeout_ms");
-                                    crate::metrics::tls_handshake_failed(&listener.name);
-                                }
-                            }
-                        }
+                        Some(acceptor) => serve_tls(shard, stream, peer, &listener, acceptor).await,
                     }
                     drop((slot, permit));
                 });
@@ -104,6 +93,62 @@ pub(crate) async fn accept_loop(
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+/// Serves a TLS listener's connection: the handshake within `request_body_timeout_ms`, then, where
+/// the kernel takes the session, a plain socket whose bytes the kernel encrypts.
+async fn serve_tls(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, listener: &Arc<Listener>, acceptor: &TlsAcceptor) {
+    let timeout = Duration::from_millis(shard.node.config.kafka.request_body_timeout_ms);
+    let Some(kernel) = &listener.kernel_tls else {
+        let Some(stream) = handshake(acceptor, stream, timeout, peer, listener).await else { return };
+        let security = ConnectionSecurity::new(listener.clone(), crate::security::tls::client_principal(stream.get_ref().1));
+        crate::metrics::tls_connection(&listener.name, false);
+        return super::connection::serve_tls(shard, stream, peer, security).await;
+    };
+    // Corked: the handshake reads whole TLS records only, so none meant for the kernel is taken.
+    let Some(stream) = handshake(acceptor, CorkStream::new(stream), timeout, peer, listener).await else { return };
+    let security = ConnectionSecurity::new(listener.clone(), crate::security::tls::client_principal(stream.get_ref().1));
+    match tokio::time::timeout(timeout, kernel_tls::hand_over(stream, kernel)).await {
+        Ok(Ok(Accepted::Kernel { stream, early })) => {
+            crate::metrics::tls_connection(&listener.name, true);
+            super::connection::serve_kernel_tls(shard, stream, early, peer, security).await
+        }
+        Ok(Ok(Accepted::Userspace(stream))) => {
+            crate::metrics::tls_connection(&listener.name, false);
+            super::connection::serve_tls(shard, *stream, peer, security).await
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, listener = %listener.name, error = %e, "handing the TLS session to the kernel failed; closing connection");
+            crate::metrics::tls_handshake_failed(&listener.name);
+        }
+        Err(_) => {
+            tracing::info!(%peer, listener = %listener.name, "TLS session not handed to the kernel within request_body_timeout_ms");
+            crate::metrics::tls_handshake_failed(&listener.name);
+        }
+    }
+}
+
+/// The server side of a TLS handshake, within `timeout`; a failure is logged and counted.
+async fn handshake<IO: AsyncRead + AsyncWrite + Unpin>(
+    acceptor: &TlsAcceptor,
+    io: IO,
+    timeout: Duration,
+    peer: SocketAddr,
+    listener: &Listener,
+) -> Option<TlsStream<IO>> {
+    match tokio::time::timeout(timeout, acceptor.accept(io)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            tracing::info!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
+            crate::metrics::tls_handshake_failed(&listener.name);
+            None
+        }
+        Err(_) => {
+            tracing::info!(%peer, listener = %listener.name, "TLS handshake did not finish within request_body_timeout_ms");
+            crate::metrics::tls_handshake_failed(&listener.name);
+            None
         }
     }
 }

@@ -4,10 +4,12 @@
 //! A TLS listener wraps each accepted socket in rustls before the connection reads a frame. A
 //! SASL listener then answers only ApiVersions, SaslHandshake and SaslAuthenticate until the
 //! client authenticated ([`session::ConnectionSecurity`]); the two SASL APIs are handlers like
-//! any other (`api/sasl_handshake.rs`, `api/sasl_authenticate.rs`).
+//! any other (`api/sasl_handshake.rs`, `api/sasl_authenticate.rs`). Where the kernel offers
+//! it, a TLS connection's session is then handed to the kernel ([`kernel_tls`]).
 
 pub mod acl;
 pub mod credentials;
+pub(crate) mod kernel_tls;
 pub mod quota;
 pub mod sasl;
 pub mod session;
@@ -51,6 +53,8 @@ pub struct Listener {
     pub protocol: SecurityProtocol,
     pub bound: SocketAddr,
     pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Where the kernel takes TLS sessions (`tls.ktls`, and a TLS listener).
+    pub(crate) kernel_tls: Option<Arc<kernel_tls::KernelTls>>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -95,15 +99,26 @@ pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) ->
         true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),
         false => None,
     };
+    let kernel_tls = match config.tls.ktls && configs.iter().any(|l| l.protocol.uses_tls()) {
+        true => kernel_tls::KernelTls::probe(),
+        false => None,
+    };
+    if config.tls.ktls && configs.iter().any(|l| l.protocol.uses_tls()) {
+        match &kernel_tls {
+            Some(kernel) => tracing::info!(suites = %kernel, "kTLS: the kernel takes the TLS sessions of the Kafka listeners"),
+            None => tracing::info!("kTLS: not offered by this kernel (no `tls` TCP ULP); TLS listeners encrypt in rustls"),
+        }
+    }
     let mut listeners = Vec::with_capacity(configs.len());
     for (index, (l, &bound)) in configs.iter().zip(bound).enumerate() {
-        let tls = match &certificate {
+        let (tls, kernel_tls) = match &certificate {
             Some(certificate) if l.protocol.uses_tls() => {
-                Some(tokio_rustls::TlsAcceptor::from(tls::server_config(certificate, &config.tls, l.client_auth)?))
+                let config = tls::server_config(certificate, &config.tls, l.client_auth, kernel_tls.is_some())?;
+                (Some(tokio_rustls::TlsAcceptor::from(config)), kernel_tls.clone())
             }
-            _ => None,
+            _ => (None, None),
         };
-        listeners.push(Arc::new(Listener { index, name: l.name.clone(), protocol: l.protocol, bound, tls }));
+        listeners.push(Arc::new(Listener { index, name: l.name.clone(), protocol: l.protocol, bound, tls, kernel_tls }));
     }
     Ok(NodeSecurity { listeners, sasl, raft_tls, admin_tls })
 }

@@ -188,6 +188,7 @@ mod tests {
             protocol: SecurityProtocol::SaslPlaintext,
             bound: "127.0.0.1:9092".parse().unwrap(),
             tls: None,
+            kernel_tls: None,
         };
         ConnectionSecurity::new(Arc::new(listener), None)
     }

@@ -22,11 +22,13 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Builds the TLS config of a listener. The certificate is shared by every listener of the node
-/// (one [`CertificateFiles`]); client certificates are checked per listener.
+/// (one [`CertificateFiles`]); client certificates are checked per listener. `to_kernel` lets
+/// a session's keys be taken out of rustls, to hand it to the kernel.
 pub(crate) fn server_config(
     certificate: &Arc<CertificateFiles>,
     tls: &TlsConfig,
     client_auth: ClientAuth,
+    to_kernel: bool,
 ) -> Result<Arc<ServerConfig>, ConfigError> {
     let builder =
         ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().map_err(|e| invalid("tls", e.to_string()))?;
@@ -41,7 +43,9 @@ pub(crate) fn server_config(
             builder.with_client_cert_verifier(verifier.build().map_err(|e| invalid("tls.ca_file", e.to_string()))?)
         }
     };
-    Ok(Arc::new(builder.with_cert_resolver(certificate.clone())))
+    let mut config = builder.with_cert_resolver(certificate.clone());
+    config.enable_secret_extraction = to_kernel;
+    Ok(Arc::new(config))
 }
 
 /// A client's TLS config: the server's certificate must chain to `tls.ca_file` and name the host
@@ -140,7 +144,7 @@ pub struct NodeTls {
 impl NodeTls {
     pub(crate) fn new(certificate: &Arc<CertificateFiles>, tls: &TlsConfig, client_auth: ClientAuth) -> Result<NodeTls, ConfigError> {
         Ok(NodeTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(server_config(certificate, tls, client_auth)?),
+            acceptor: tokio_rustls::TlsAcceptor::from(server_config(certificate, tls, client_auth, false)?),
             connector: match tls.ca_file {
                 Some(_) => Some(tokio_rustls::TlsConnector::from(client_config(tls, Some(certificate))?)),
                 None => None,

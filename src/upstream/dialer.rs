@@ -91,6 +91,7 @@ impl Dialer {
                     cert_file: security.cert_file.clone(),
                     key_file: security.key_file.clone(),
                     ca_file: security.ca_file.clone(),
+                    ..TlsConfig::default()
                 };
                 let certificate = match files.cert_file {
                     Some(_) => Some(crate::security::tls::CertificateFiles::load(&files).map_err(named)?),

@@ -1,0 +1,80 @@
+//! Kernel TLS (kTLS) on the Kafka listeners: after rustls's handshake the session's keys go to the
+//! kernel, which from then on encrypts what is written to the socket and decrypts what is read
+//! from it. The connection is then served as a plain socket, so fetches keep sendfile(2).
+//!
+//! Whether the kernel offers it (the `tls` TCP upper-layer protocol, per cipher suite) is probed
+//! once at start. A connection whose agreed suite the kernel does not take stays in rustls.
+//!
+//! The kernel hands the reader only application data: a record of another type (an alert, a
+//! TLS 1.3 key update) fails the read with EIO, and the connection is closed like after any read
+//! error. Kafka clients send neither while a connection is in use; a client that closes sends
+//! its close_notify last.
+
+use std::sync::Arc;
+
+use ktls::{CompatibleCiphers, CorkStream};
+use rustls::SupportedCipherSuite;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+/// The cipher suites for which this kernel takes a TLS session.
+#[derive(Debug)]
+pub(crate) struct KernelTls(CompatibleCiphers);
+
+impl KernelTls {
+    /// Asks the kernel, on loopback sockets of its own. None when it offers kTLS for no suite:
+    /// no `tls` module, or a kernel built without it.
+    pub(crate) fn probe() -> Option<Arc<KernelTls>> {
+        // Its own thread and runtime: the probe is async, and the caller may or may not be inside
+        // a runtime already.
+        let probe = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().ok()?;
+            runtime.block_on(CompatibleCiphers::new()).ok()
+        });
+        let ciphers = probe.join().ok().flatten()?;
+        let offered = [&ciphers.tls12, &ciphers.tls13].iter().any(|v| v.aes_gcm_128 || v.aes_gcm_256 || v.chacha20_poly1305);
+        offered.then(|| Arc::new(KernelTls(ciphers)))
+    }
+
+    fn takes(&self, suite: SupportedCipherSuite) -> bool {
+        self.0.is_compatible(suite)
+    }
+}
+
+impl std::fmt::Display for KernelTls {
+    /// The suites the kernel takes, as `TLS1.3:AES-128-GCM,AES-256-GCM TLS1.2:...`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (name, v) in [("TLS1.3", &self.0.tls13), ("TLS1.2", &self.0.tls12)] {
+            let suites: Vec<&str> =
+                [(v.aes_gcm_128, "AES-128-GCM"), (v.aes_gcm_256, "AES-256-GCM"), (v.chacha20_poly1305, "CHACHA20-POLY1305")]
+                    .into_iter()
+                    .filter_map(|(on, suite)| on.then_some(suite))
+                    .collect();
+            if !suites.is_empty() {
+                write!(f, "{}{name}:{}", if name == "TLS1.2" { " " } else { "" }, suites.join(","))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A client connection whose TLS handshake is done.
+pub(crate) enum Accepted {
+    /// The kernel holds the session: the socket, and what the client sent that rustls had
+    /// already decrypted (a request sent right behind the handshake).
+    Kernel { stream: TcpStream, early: Vec<u8> },
+    /// rustls goes on encrypting: no kTLS for the suite agreed.
+    Userspace(Box<TlsStream<CorkStream<TcpStream>>>),
+}
+
+/// Gives the session to the kernel if it takes the agreed suite. An error leaves the connection
+/// unusable (rustls has given up its keys): the caller closes it.
+pub(crate) async fn hand_over(stream: TlsStream<CorkStream<TcpStream>>, kernel: &KernelTls) -> Result<Accepted, ktls::Error> {
+    let suite = stream.get_ref().1.negotiated_cipher_suite();
+    if !suite.is_some_and(|suite| kernel.takes(suite)) {
+        return Ok(Accepted::Userspace(Box::new(stream)));
+    }
+    // `into_raw` rather than the crate's stream type: reads and writes go to the socket itself.
+    let (early, stream) = ktls::config_ktls_server(stream).await?.into_raw();
+    Ok(Accepted::Kernel { stream, early: early.unwrap_or_default() })
+}

@@ -1,0 +1,149 @@
+"""The client side of tests/e2e/test_kernel_tls.py, run inside the UML guest:
+
+    python kernel_tls_clients.py --ssl PORT --mtls PORT --certs DIR --records N
+
+- confluent-kafka (librdkafka, OpenSSL) creates a 3-partition topic, produces N records of 1 KiB
+  over SSL, and consumes them back as a group;
+- kafka-python (Python's ssl module) consumes them as another group over the mutual-TLS listener,
+  with a client certificate;
+- a bare TLS socket sends ApiVersions, reads the answer and ends the session with close_notify;
+  a second one then gets its answer too (the node survived the alert);
+- a bare TLS socket sends an application-data record that does not decrypt, after its
+  handshake: the node closes that connection, and serves the next one.
+Prints one JSON object: what each client read, keyed by client.
+"""
+
+import argparse
+import json
+import os
+import socket
+import ssl
+import struct
+import time
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+
+TOPIC = "ktls"
+
+
+def value_of(i: int) -> bytes:
+    return (f"record-{i:06d}-" * 64)[:1024].encode()
+
+
+def confluent(bootstrap: str, ca: str, records: int) -> dict:
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": ca}
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=1)])[TOPIC].result(30)
+    producer = Producer({**conf, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(TOPIC, key=str(i).encode(), value=value_of(i))
+    assert producer.flush(60) == 0, "records left unsent"
+    consumer = Consumer({**conf, "group.id": "ktls-confluent", "auto.offset.reset": "earliest", "fetch.max.bytes": 1 << 20})
+    consumer.subscribe([TOPIC])
+    seen = {}
+    deadline = time.time() + 120
+    while len(seen) < records and time.time() < deadline:
+        message = consumer.poll(1.0)
+        if message is None or message.error():
+            continue
+        seen[int(message.key())] = message.value() == value_of(int(message.key()))
+    consumer.close()
+    return {"read": len(seen), "intact": sum(seen.values())}
+
+
+def kafka_python(bootstrap: str, certs: str, records: int) -> dict:
+    consumer = KafkaConsumer(
+        TOPIC,
+        bootstrap_servers=bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=f"{certs}/ca.crt",
+        ssl_certfile=f"{certs}/client.crt",
+        ssl_keyfile=f"{certs}/client.key",
+        ssl_check_hostname=False,
+        group_id="ktls-kafka-python",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=20000,
+    )
+    seen = {}
+    for message in consumer:
+        seen[int(message.key)] = message.value == value_of(int(message.key))
+        if len(seen) == records:
+            break
+    consumer.close()
+    return {"read": len(seen), "intact": sum(seen.values())}
+
+
+def api_versions(tls: ssl.SSLSocket, correlation: int) -> int:
+    """Sends ApiVersions v0; returns the error code of the answer."""
+    client_id = b"ktls-raw"
+    body = struct.pack(">hhih", 18, 0, correlation, len(client_id)) + client_id
+    tls.sendall(struct.pack(">i", len(body)) + body)
+    size = struct.unpack(">i", read_exactly(tls, 4))[0]
+    answer = read_exactly(tls, size)
+    assert struct.unpack(">i", answer[:4])[0] == correlation
+    return struct.unpack(">h", answer[4:6])[0]
+
+
+def read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = tls.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        data += chunk
+    return data
+
+
+def close_notify(port: int, ca: str) -> dict:
+    context = ssl.create_default_context(cafile=ca)
+    errors = []
+    for correlation in (1, 2):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+            errors.append(api_versions(tls, correlation))
+            try:
+                tls.unwrap()
+            except (ssl.SSLError, OSError):
+                # The close_notify left; the server closes without answering it.
+                pass
+    return {"error_codes": errors}
+
+
+def forged_record(port: int, ca: str) -> dict:
+    context = ssl.create_default_context(cafile=ca)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        assert api_versions(tls, 1) == 0
+        # Behind the TLS session's back: a record header and bytes no key encrypted.
+        with socket.socket(fileno=os.dup(tls.fileno())) as under:
+            under.sendall(b"\x17\x03\x03\x00\x40" + os.urandom(64))
+        try:
+            closed = tls.recv(1) == b""
+        except (ssl.SSLError, OSError):
+            closed = True
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        next_error = api_versions(context.wrap_socket(raw, server_hostname="127.0.0.1"), 2)
+    return {"closed": closed, "next_error_code": next_error}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ssl", type=int, required=True)
+    parser.add_argument("--mtls", type=int, required=True)
+    parser.add_argument("--certs", required=True)
+    parser.add_argument("--records", type=int, default=3000)
+    args = parser.parse_args()
+    ca = f"{args.certs}/ca.crt"
+    result = {
+        "confluent_kafka": confluent(f"127.0.0.1:{args.ssl}", ca, args.records),
+        "kafka_python": kafka_python(f"127.0.0.1:{args.mtls}", args.certs, args.records),
+        "close_notify": close_notify(args.ssl, ca),
+        "forged_record": forged_record(args.ssl, ca),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
