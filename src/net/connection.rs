@@ -272,7 +272,9 @@ async fn write_loop<W: ClientWriter>(shard: Rc<Shard>, mut socket: W, mut rx: mp
         let reply = match pending.reply {
             PendingReply::Ready(reply) => reply,
             PendingReply::Task(task) => {
-                if !task.is_finished() && !out.is_empty() {
+                // Before waiting for the handler, what was gathered leaves, and so do records a
+                // TLS stream holds back (a plain socket holds nothing).
+                if !task.is_finished() && (!out.is_empty() || socket.tcp().is_none()) {
                     tokio::task::yield_now().await;
                     if !task.is_finished() && flush(&mut socket, &mut out, peer).await.is_err() {
                         break;
@@ -339,8 +341,14 @@ async fn write_loop<W: ClientWriter>(shard: Rc<Shard>, mut socket: W, mut rx: mp
     let _ = socket.shutdown().await;
 }
 
+/// Writes what was gathered, and everything written before it: a TLS stream may hold records back
+/// when the socket is full (it returns from a write once it took the bytes), and only a flush
+/// sends them. Called before the writer waits for a response, so none is left behind meanwhile.
 async fn flush<W: ClientWriter>(socket: &mut W, out: &mut BytesMut, peer: SocketAddr) -> std::io::Result<()> {
-    let result = socket.write_all_buf(out).await;
+    let result = match socket.write_all_buf(out).await {
+        Ok(()) => socket.flush().await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = &result {
         tracing::debug!(%peer, error = %e, "write failed; closing connection");
     }
