@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver import bench, free_port, mbps
+from driver import bench, cpu_per_gb, free_port, make_certificates, mbps
 
 REPO = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "bench", "bench-secret"
@@ -58,18 +58,6 @@ SETUP = {
 }
 
 
-
-
-
-
-
-
-def cpu_per_gb(text: str) -> float:
-    """corral's CPU seconds (user + system) per GB of the timed run, as corral-bench prints it."""
-    m = re.search(r"server CPU per GB: ([\d.]+) s user \+ ([\d.]+) s system", text)
-    return float(m.group(1)) + float(m.group(2)) if m else float("nan")
-
-
 def security_argv(certs: Path, tls: bool, mechanism: str | None) -> list[str]:
     argv = ["--tls-ca-file", str(certs / "ca.crt")] if tls else []
     if mechanism:
@@ -79,16 +67,6 @@ def security_argv(certs: Path, tls: bool, mechanism: str | None) -> list[str]:
 
 def throughput_argv(certs: Path, listener: str) -> list[str]:
     return security_argv(certs, listener in ("SSL", "SASL_SSL"), "SCRAM-SHA-512" if listener.startswith("SASL") else None)
-
-
-def make_certificates(directory: Path) -> None:
-    import trustme
-
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(directory / "ca.crt"))
-    server.cert_chain_pems[0].write_to_path(str(directory / "server.crt"))
-    server.private_key_pem.write_to_path(str(directory / "server.key"))
 
 
 def make_credentials(corral: str, path: Path) -> None:

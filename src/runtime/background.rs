@@ -44,15 +44,17 @@ pub(crate) async fn compaction(shard: Rc<Shard>) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    // A partition whose compaction failed waits ten rounds before the next try, rather than
-    // reading the same segments again every round.
+    // A partition whose compaction failed (an error, a panic, an install that did not take)
+    // waits ten rounds before the next try, rather than reading the same segments again every
+    // round.
     let mut failed: HashMap<PartitionKey, i64> = HashMap::new();
     let retry_after = period.as_millis() as i64 * 10;
     loop {
         tick.tick().await;
-        failed.retain(|_, until| *until > now_ms());
+        let now = now_ms();
+        failed.retain(|_, until| *until > now);
         for (key @ (topic_id, index), partition) in shard.partitions() {
-            if failed.get(&key).is_some_and(|&until| now_ms() < until) {
+            if failed.contains_key(&key) {
                 continue;
             }
             let Some(plan) = partition.log.borrow().cleaner_plan(now_ms()) else { continue };
@@ -66,6 +68,7 @@ pub(crate) async fn compaction(shard: Rc<Shard>) {
                 }
                 Err(e) => {
                     tracing::error!(partition = %dir, error = %e, "compaction task failed");
+                    failed.insert(key, now_ms() + retry_after);
                     continue;
                 }
             };
@@ -81,7 +84,10 @@ pub(crate) async fn compaction(shard: Rc<Shard>) {
                     shard.metrics.compacted(removed, reclaimed);
                     tracing::info!(partition = %dir, records_removed = removed, bytes_reclaimed = reclaimed, "compacted");
                 }
-                Err(e) => tracing::error!(partition = %dir, error = %e, "installing a compaction failed"),
+                Err(e) => {
+                    tracing::error!(partition = %dir, error = %e, "installing a compaction failed");
+                    failed.insert(key, now_ms() + retry_after);
+                }
             }
         }
     }

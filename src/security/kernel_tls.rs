@@ -36,9 +36,35 @@ impl KernelTls {
         offered.then(|| Arc::new(KernelTls(ciphers)))
     }
 
+    /// The kernel's AES-GCM implementation of highest priority (`/proc/crypto`, once the probe
+    /// has used it): kTLS is only as fast as this. One made of generic parts
+    /// (`gcm_base(ctr(aes-generic),ghash-generic)`) is slower than rustls, which uses the CPU's
+    /// AES instructions; see BENCHMARKS.md.
+    pub(crate) fn aes_gcm_driver() -> Option<String> {
+        aes_gcm_driver_in(&std::fs::read_to_string("/proc/crypto").ok()?)
+    }
+
     fn takes(&self, suite: SupportedCipherSuite) -> bool {
         self.0.is_compatible(suite)
     }
+}
+
+/// [`KernelTls::aes_gcm_driver`] from the text of `/proc/crypto`.
+fn aes_gcm_driver_in(crypto: &str) -> Option<String> {
+    let mut best: Option<(u32, &str)> = None;
+    // One blank-line-separated block per implementation.
+    for block in crypto.split("\n\n") {
+        let field =
+            |name: &str| block.lines().find_map(|line| line.split_once(':').filter(|(k, _)| k.trim() == name).map(|(_, v)| v.trim()));
+        if field("name") != Some("gcm(aes)") {
+            continue;
+        }
+        let (Some(driver), priority) = (field("driver"), field("priority").and_then(|p| p.parse().ok()).unwrap_or(0)) else { continue };
+        if best.is_none_or(|(p, _)| priority > p) {
+            best = Some((priority, driver));
+        }
+    }
+    best.map(|(_, driver)| driver.to_string())
 }
 
 impl std::fmt::Display for KernelTls {
@@ -77,4 +103,17 @@ pub(crate) async fn hand_over(stream: TlsStream<CorkStream<TcpStream>>, kernel: 
     // `into_raw` rather than the crate's stream type: reads and writes go to the socket itself.
     let (early, stream) = ktls::config_ktls_server(stream).await?.into_raw();
     Ok(Accepted::Kernel { stream, early: early.unwrap_or_default() })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_aes_gcm_driver_of_highest_priority_is_named() {
+        let crypto =
+            "name         : gcm(aes)\ndriver       : gcm_base(ctr(aes-generic),ghash-generic)\nmodule       : gcm\npriority     : 100\n\n\
+                      name         : ctr(aes)\ndriver       : ctr-aes-aesni\npriority     : 400\n\n\
+                      name         : gcm(aes)\ndriver       : generic-gcm-aesni\nmodule       : aesni_intel\npriority     : 400\n";
+        assert_eq!(super::aes_gcm_driver_in(crypto).as_deref(), Some("generic-gcm-aesni"));
+        assert_eq!(super::aes_gcm_driver_in("name : ctr(aes)\ndriver : ctr-aes-aesni\n"), None);
+    }
 }

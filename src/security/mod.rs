@@ -105,7 +105,11 @@ pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) ->
     };
     if config.tls.ktls && configs.iter().any(|l| l.protocol.uses_tls()) {
         match &kernel_tls {
-            Some(kernel) => tracing::info!(suites = %kernel, "kTLS: the kernel takes the TLS sessions of the Kafka listeners"),
+            Some(kernel) => tracing::info!(
+                suites = %kernel,
+                aes_gcm = kernel_tls::KernelTls::aes_gcm_driver().as_deref().unwrap_or("?"),
+                "kTLS: the kernel takes the TLS sessions of the Kafka listeners"
+            ),
             None => tracing::info!("kTLS: not offered by this kernel (no `tls` TCP ULP); TLS listeners encrypt in rustls"),
         }
     }

@@ -19,6 +19,7 @@ import os
 import socket
 import ssl
 import struct
+import sys
 import time
 
 from confluent_kafka import Consumer, Producer
@@ -64,13 +65,13 @@ def kafka_python(bootstrap: str, certs: str, records: int) -> dict:
         ssl_check_hostname=False,
         group_id="ktls-kafka-python",
         auto_offset_reset="earliest",
-        consumer_timeout_ms=20000,
     )
     seen = {}
-    for message in consumer:
-        seen[int(message.key)] = message.value == value_of(int(message.key))
-        if len(seen) == records:
-            break
+    deadline = time.time() + 120
+    while len(seen) < records and time.time() < deadline:
+        for messages in consumer.poll(timeout_ms=1000).values():
+            for message in messages:
+                seen[int(message.key)] = message.value == value_of(int(message.key))
     consumer.close()
     return {"read": len(seen), "intact": sum(seen.values())}
 
@@ -136,12 +137,19 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3000)
     args = parser.parse_args()
     ca = f"{args.certs}/ca.crt"
-    result = {
-        "confluent_kafka": confluent(f"127.0.0.1:{args.ssl}", ca, args.records),
-        "kafka_python": kafka_python(f"127.0.0.1:{args.mtls}", args.certs, args.records),
-        "close_notify": close_notify(args.ssl, ca),
-        "forged_record": forged_record(args.ssl, ca),
+    steps = {
+        "confluent_kafka": lambda: confluent(f"127.0.0.1:{args.ssl}", ca, args.records),
+        "kafka_python": lambda: kafka_python(f"127.0.0.1:{args.mtls}", args.certs, args.records),
+        "close_notify": lambda: close_notify(args.ssl, ca),
+        "forged_record": lambda: forged_record(args.ssl, ca),
     }
+    result, seconds = {}, {}
+    for name, step in steps.items():
+        started = time.monotonic()
+        result[name] = step()
+        seconds[name] = round(time.monotonic() - started, 1)
+    # How long each took goes to stderr, for a slow run's diagnosis.
+    print(json.dumps(seconds), file=sys.stderr)
     print(json.dumps(result))
 
 
