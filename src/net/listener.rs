@@ -4,10 +4,12 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use ktls::CorkStream;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -108,9 +110,23 @@ async fn serve_tls(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, listen
         return super::connection::serve_tls(shard, stream, peer, security).await;
     };
     // Corked: the handshake reads whole TLS records only, so none meant for the kernel is taken.
-    let Some(stream) = handshake(acceptor, CorkStream::new(stream), timeout, peer, listener).await else { return };
-    let security = ConnectionSecurity::new(listener.clone(), crate::security::tls::client_principal(stream.get_ref().1));
-    match tokio::time::timeout(timeout, kernel_tls::hand_over(stream, kernel)).await {
+    // The cork (the ktls crate's) asserts on a read buffer rustls could make too small for a
+    // record header: a client that brings that about loses its connection, not its shard.
+    let corked = AssertUnwindSafe(async {
+        let stream = handshake(acceptor, CorkStream::new(stream), timeout, peer, listener).await?;
+        let security = ConnectionSecurity::new(listener.clone(), crate::security::tls::client_principal(stream.get_ref().1));
+        Some((tokio::time::timeout(timeout, kernel_tls::hand_over(stream, kernel)).await, security))
+    });
+    let (handed_over, security) = match corked.catch_unwind().await {
+        Ok(Some(handed_over)) => handed_over,
+        Ok(None) => return,
+        Err(_) => {
+            tracing::warn!(%peer, listener = %listener.name, "TLS handshake failed: a record the kTLS hand-over cannot frame");
+            crate::metrics::tls_handshake_failed(&listener.name);
+            return;
+        }
+    };
+    match handed_over {
         Ok(Ok(Accepted::Kernel { stream, early })) => {
             crate::metrics::tls_connection(&listener.name, true);
             super::connection::serve_kernel_tls(shard, stream, early, peer, security).await
