@@ -36,6 +36,8 @@ pub const LOG_OVERHEAD: usize = 12;
 /// Position of the first byte covered by the CRC.
 const CRC_START: usize = 21;
 const MAGIC_V2: i8 = 2;
+/// The codec bits of a batch's attributes.
+const COMPRESSION_MASK: i16 = 0x07;
 
 /// Why a batch was refused. Each maps to one Kafka error code in the produce handler.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,7 +112,7 @@ impl BatchHeader {
     }
 
     pub fn compression(&self) -> Result<Compression, BatchError> {
-        match self.attributes & 0x07 {
+        match self.attributes & COMPRESSION_MASK {
             0 => Ok(Compression::None),
             1 => Ok(Compression::Gzip),
             2 => Ok(Compression::Snappy),
@@ -149,6 +151,9 @@ impl BatchHeader {
 /// offset delta, and for uncompressed batches that the records exactly fill the payload.
 pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = validate_stored(buf)?;
+    if header.records_count == 0 {
+        return Err(BatchError::Invalid("record count must be positive"));
+    }
     if header.last_offset_delta != header.records_count - 1 {
         return Err(BatchError::Invalid("last offset delta does not match the record count"));
     }
@@ -157,7 +162,7 @@ pub fn validate(buf: &[u8]) -> Result<BatchHeader, BatchError> {
 
 /// [`validate`] for a batch read back from a segment: compaction may have removed records from
 /// it, keeping its last offset delta (as Kafka's cleaner does, so producer sequences stay whole),
-/// so it may hold fewer records than its offsets span.
+/// so it may hold fewer records than its offsets span, or none (a producer's last batch).
 pub fn validate_stored(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(buf)?;
     if header.batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
@@ -171,10 +176,10 @@ pub fn validate_stored(buf: &[u8]) -> Result<BatchHeader, BatchError> {
         return Err(BatchError::CrcMismatch { stored: header.crc, computed });
     }
     let compression = header.compression()?;
-    if header.records_count <= 0 {
-        return Err(BatchError::Invalid("record count must be positive"));
+    if header.records_count < 0 {
+        return Err(BatchError::Invalid("record count is negative"));
     }
-    if header.last_offset_delta < header.records_count - 1 {
+    if header.last_offset_delta < header.records_count - 1 || header.last_offset_delta < 0 {
         return Err(BatchError::Invalid("more records than the offsets the batch spans"));
     }
     if header.max_timestamp < header.base_timestamp && header.max_timestamp != -1 {
@@ -310,17 +315,21 @@ fn read_nullable_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
 /// A batch holding only `records` (some of `original`'s, their bytes unchanged, uncompressed),
 /// compressed with the original's codec. Its offsets, timestamps and producer fields stay the
 /// original's: each kept record's deltas still hold. The max timestamp is that of the records
-/// kept (the batch's own under log-append time).
+/// kept (the batch's own under log-append time, and the original's when none is kept).
 pub fn with_records(original: &BatchHeader, original_bytes: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<u8>, BatchError> {
     let mut payload = Vec::with_capacity(records.iter().map(|r| r.bytes.len()).sum());
     for record in records {
         payload.extend_from_slice(record.bytes);
     }
-    let codec = original.compression()?;
-    let compressed = crate::decompress::compress(&payload, codec)?;
-    let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(&original_bytes[..HEADER_LEN]);
-    out.extend_from_slice(&compressed);
+    if records.is_empty() {
+        // An empty batch is written uncompressed, as Kafka writes one.
+        let attributes = original.attributes & !COMPRESSION_MASK;
+        out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    } else {
+        out.extend_from_slice(&crate::decompress::compress(&payload, original.compression()?)?);
+    }
     let batch_length = (out.len() - LOG_OVERHEAD) as i32;
     out[8..12].copy_from_slice(&batch_length.to_be_bytes());
     if original.attributes & 0x08 == 0 {

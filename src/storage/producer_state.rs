@@ -115,6 +115,12 @@ impl ProducerStates {
         evicted
     }
 
+    /// Each producer's last batch, by its base offset: compaction keeps that batch, emptied if
+    /// need be, so that a retry of it is still known after the producer state is rebuilt.
+    pub(crate) fn last_batches(&self) -> HashMap<i64, i64> {
+        self.producers.iter().filter_map(|(&id, e)| Some((id, e.batches.back()?.base_offset))).collect()
+    }
+
     /// Forgets producers that have not written for `expiration_ms`.
     pub(crate) fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
         self.producers.retain(|_, e| now_ms - e.last_write_ms < expiration_ms);

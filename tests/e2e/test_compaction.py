@@ -8,6 +8,7 @@ and restart after compactions, the metrics, and kafka-python reading across the 
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 
@@ -18,6 +19,8 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
 import clients
+import kafkawire as kw
+from test_delete_records import leader_address
 
 T = clients.TIMEOUT_S
 # The cleaner looks every 200 ms (Kafka: 15 s, log.cleaner.backoff.ms).
@@ -192,3 +195,47 @@ def test_kafka_python_reads_across_the_gaps(corral_factory):
     finally:
         consumer.close()
     assert seen == expected
+
+
+def first_batch(bootstrap: str, topic: str) -> tuple[int, int, int]:
+    """The first batch a raw Fetch v4 from offset 0 of partition 0 gets: (base offset, last offset
+    delta, record count)."""
+    conn = kw.Conn(leader_address(bootstrap, topic))
+    try:
+        conn.send(kw.fetch_v4(1, topic, 0, 0))
+        _, partitions = kw.parse_fetch_v4(conn.recv_frame())
+    finally:
+        conn.close()
+    error, _high_watermark, records = partitions[(topic, 0)]
+    assert error == 0 and records, partitions
+    base_offset, = struct.unpack_from(">q", records, 0)
+    last_offset_delta, = struct.unpack_from(">i", records, 23)
+    count, = struct.unpack_from(">i", records, 57)
+    return base_offset, last_offset_delta, count
+
+
+def test_a_producers_last_batch_stays_empty_when_its_records_are_replaced(target):
+    """An idempotent producer's last batch is kept, emptied, once another producer replaced all
+    its keys: its sequence numbers stay in the log, so a retry of it is still a duplicate after
+    the producer state is rebuilt. Consumers read across it."""
+    topic = new_topic(target)
+    first = clients.producer(target, linger_ms=200)
+    clients.produce_all(first, topic, [(f"k{k}".encode(), b"first") for k in range(KEYS)], partition=0)
+    second = clients.producer(target)
+    delivered = clients.produce_all(second, topic, [(f"k{k}".encode(), b"second") for k in range(KEYS)], partition=0)
+    time.sleep(0.5)
+    delivered += clients.produce_all(second, topic, [(f"roll-{uuid.uuid4().hex[:6]}".encode(), b"roll")], partition=0)
+    expected = [(offset, key, value) for key, value, _partition, offset in delivered]
+    assert [offset for offset, _, _ in expected] == list(range(KEYS, 2 * KEYS + 1))
+    assert wait_until_compacted(target, topic, expected) == expected
+    # The first producer's one batch: offsets 0 to 9, no record left.
+    assert first_batch(target, topic) == (0, KEYS - 1, 0)
+    consumer = KafkaConsumer(bootstrap_servers=target, enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        consumer.assign([KpTopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        seen = [(m.offset, m.key, m.value) for m in consumer]
+    finally:
+        consumer.close()
+    assert seen == expected
+    assert clients.watermarks(target, topic, 0) == (0, 2 * KEYS + 1)

@@ -10,8 +10,10 @@
 //!
 //! A batch whose records all stay is copied as it is; one that loses some keeps its offsets,
 //! timestamps and producer fields (its last offset delta too, so producer sequences stay whole)
-//! and holds the records kept, byte for byte, compressed again with its codec. Offsets never
-//! move: a consumer sees gaps, as it does with Kafka.
+//! and holds the records kept, byte for byte, compressed again with its codec. One that loses all
+//! goes, unless it is the last batch of a producer whose state the partition keeps: that one
+//! stays, empty and uncompressed, as Kafka keeps it, so that the producer's retry of it is still
+//! known after a crash. Offsets never move: a consumer sees gaps, as it does with Kafka.
 //!
 //! Three steps keep whole-segment reads and writes off the shard thread:
 //! [`PartitionLog::cleaner_plan`] (on the shard: which segments), [`CleanerPlan::run`] (a
@@ -55,6 +57,10 @@ pub struct CleanerPlan {
     delete_retention_ms: i64,
     buffer_bytes: u64,
     now_ms: i64,
+    /// Producer id → the base offset of its last batch, while its state is kept: such a batch
+    /// stays even when none of its records do (empty, as Kafka keeps it), so that its sequence
+    /// numbers survive a rebuild of the producer state from the log.
+    last_batches: HashMap<i64, i64>,
 }
 
 #[derive(Debug)]
@@ -130,6 +136,7 @@ impl PartitionLog {
             delete_retention_ms: c.delete_retention_ms,
             buffer_bytes: c.buffer_bytes,
             now_ms,
+            last_batches: self.producers.last_batches(),
         })
     }
 
@@ -255,12 +262,20 @@ impl CleanerPlan {
         let mut batches = Some(Vec::new());
         let most_batches = self.buffer_bytes as usize / std::mem::size_of::<StoredBatch>();
         let (mut removed, mut size) = (0u64, 0u64);
+        let last_of_its_producer =
+            |header: &BatchHeader| header.has_producer_id() && self.last_batches.get(&header.producer_id) == Some(&header.base_offset);
         // Every batch is read: the closure never breaks.
         let _: ControlFlow<()> = for_each_batch(&self.dir, sealed, |position, raw, header, records| {
+            // A batch that cannot be looked inside stays as it is.
+            let unchanged = records.is_none();
             let records = records.unwrap_or_default();
             let kept: Vec<RawRecord<'_>> = records.iter().filter(|r| keep(header, r)).copied().collect();
             removed += (records.len() - kept.len()) as u64;
-            if kept.len() < records.len() && out.is_none() {
+            // Empty (all its records replaced, or emptied by an earlier compaction): it goes,
+            // unless its producer's sequence numbers are to be remembered.
+            let drop = !unchanged && kept.is_empty() && !last_of_its_producer(header);
+            let changes = drop || kept.len() < records.len();
+            if changes && out.is_none() {
                 // The first batch that changes: everything before it is copied as it is.
                 let mut file = BufWriter::new(File::create(cleaned_path(&self.dir, sealed.base))?);
                 let mut old = File::open(self.dir.join(segment::file_name(sealed.base, "log")))?.take(position);
@@ -280,7 +295,7 @@ impl CleanerPlan {
                 size = position + raw.len() as u64;
                 return Ok(ControlFlow::Continue(()));
             };
-            if kept.is_empty() && !records.is_empty() {
+            if drop {
                 return Ok(ControlFlow::Continue(()));
             }
             let rebuilt;

@@ -37,6 +37,8 @@ fn consume(log: &PartitionLog, from: i64) -> Vec<(i64, String, Option<String>)> 
         std::os::unix::fs::FileExt::read_exact_at(&*slice.file, &mut bytes, slice.position).unwrap();
         let mut buf = bytes::Bytes::from(bytes);
         while !buf.is_empty() {
+            // As a client does, past the whole batch: it may hold no record (a producer's last).
+            next = next.max(crate::record_batch::BatchHeader::parse(&buf).unwrap().last_offset() + 1);
             let set = RecordBatchDecoder::decode(&mut buf).unwrap();
             for r in set.records {
                 next = r.offset + 1;
@@ -259,4 +261,56 @@ fn a_segment_of_more_batches_than_the_buffer_lists_is_indexed_by_a_scan() {
     let records = consume(&log, 0);
     assert_eq!((records.len(), records[0].0, records[10].clone()), (11, 1, kv(11, "a", "2")));
     assert_eq!(log.timestamp_lookup(15).run().unwrap(), Some((5, 15)));
+}
+
+/// The batches of the log from `from`: (base offset, records, codec bits, producer id).
+fn stored_batches(log: &PartitionLog, from: i64) -> Vec<(i64, i32, i16, i64)> {
+    let read = log.read(from, 1 << 20, true).unwrap();
+    let slice = read.slice.unwrap();
+    let mut bytes = vec![0u8; slice.len as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&*slice.file, &mut bytes, slice.position).unwrap();
+    let mut out = Vec::new();
+    let mut rest = &bytes[..];
+    while !rest.is_empty() {
+        let header = crate::record_batch::BatchHeader::parse(rest).unwrap();
+        out.push((header.base_offset, header.records_count, header.attributes & 0x07, header.producer_id));
+        rest = &rest[header.total_len()..];
+    }
+    out
+}
+
+#[test]
+fn a_producers_last_batch_stays_empty_so_a_retry_of_it_is_known_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = PartitionLog::create(&files(), &path, config(), 0);
+    let from = |producer: i64, sequence: i32, value: &str| {
+        crate::record_batch::tests::batch_of(&[(Some("k"), Some(value.as_bytes()))], Codec::Gzip, Some((producer, 0, sequence)), 10, 0)
+    };
+    // Producer 7 writes k twice (offsets 0 and 1), then producer 8 replaces it (offset 2).
+    log.append(&from(7, 0, "a"), 0).unwrap();
+    let last_of_7 = from(7, 1, "b");
+    log.append(&last_of_7, 0).unwrap();
+    log.append(&from(8, 0, "c"), 0).unwrap();
+    log.roll(0).unwrap();
+    assert_eq!(compact(&mut log, 100), 2);
+    assert_eq!(consume(&log, 0), vec![kv(2, "k", "c")]);
+    // Producer 7's first batch is gone; its last stays, empty and uncompressed, as Kafka keeps it.
+    assert_eq!(stored_batches(&log, 0), vec![(1, 0, 0, 7), (2, 1, 1, 8)]);
+
+    // After a crash the producer state is rebuilt from the log: the retry is a duplicate.
+    drop(log);
+    let (mut log, _) = PartitionLog::open(&files(), &path, config(), false, 0).unwrap();
+    let retry = log.append(&last_of_7, 0).unwrap();
+    assert!(retry.duplicate && retry.base_offset == 1, "{retry:?}");
+    assert_eq!(log.log_end_offset(), 3);
+
+    // Once producer 7 has written again, its empty batch is no longer needed; producer 8's
+    // batch, now replaced, stays empty in its turn.
+    log.append(&from(7, 2, "d"), 0).unwrap();
+    log.roll(0).unwrap();
+    assert_eq!(compact(&mut log, 100), 1);
+    assert_eq!(stored_batches(&log, 0), vec![(2, 0, 0, 8)]);
+    assert_eq!(stored_batches(&log, 3), vec![(3, 1, 1, 7)]);
+    assert_eq!(consume(&log, 0), vec![kv(3, "k", "d")]);
 }
