@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import clients
 import groupwire as gw
 import kafkawire as kw
+import kip848wire as k8
 from apache_kafka import CORRAL_GROUP_CONFIG
 
 SESSION_MS = 10000
@@ -127,6 +128,25 @@ class Side:
                 assert time.monotonic() < deadline, f"{self.name}: topic {topic} not known to {address}: {topics}"
                 time.sleep(0.1)
         return topic
+
+    def wait_assignable(self, topic: str, near: str) -> None:
+        """Until the broker coordinating group `near` assigns `topic` to a consumer group: Kafka's
+        group coordinator learns of a new topic from its metadata image, which can lag behind the
+        brokers' Metadata answers (a first heartbeat then gets an empty assignment)."""
+        target = self.coordinator(near)
+        deadline = time.monotonic() + WAIT_S
+        probe = f"assignable-{uuid.uuid4().hex[:8]}"
+        while self.coordinator(probe) != target:
+            assert time.monotonic() < deadline, f"{self.name}: no group coordinated by {target}"
+            probe = f"assignable-{uuid.uuid4().hex[:8]}"
+        heartbeat = (k8.consumer_group_heartbeat_v0, k8.parse_consumer_group_heartbeat)
+        with gw.GroupConn(target) as conn:
+            h = conn.call(*heartbeat, probe, "", 0, rebalance_timeout_ms=10000, subscribed_topics=[topic], owned=[])
+            while not any(parts for _, parts in h.assignment or []):
+                assert h.error == gw.NONE and time.monotonic() < deadline, f"{self.name}: {topic} not assigned: {h}"
+                time.sleep(0.1)
+                h = conn.call(*heartbeat, probe, h.member_id, h.member_epoch)
+            conn.call(*heartbeat, probe, h.member_id, -1)
 
     def close(self) -> None:
         for c in self._conns:

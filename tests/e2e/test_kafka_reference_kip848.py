@@ -34,6 +34,7 @@ def test_both_serve_the_versions_used(sides):
 
 def s_commit_from_an_older_epoch(side: Side) -> dict:
     group, names, topic = unique("kip1251"), Names(), side.create_topic(2)
+    side.wait_assignable(topic, group)
     tid = topic_id(side, topic)
     ca, cb = side.conn(group), side.conn(group)
     out: dict = {}

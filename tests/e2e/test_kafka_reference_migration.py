@@ -220,6 +220,7 @@ def classic_pair(side: Side, prefix: str) -> ClassicPair:
     (A re-joins, generation 2) and the leader A gives A partitions 0,1 and B 2,3 of a new
     4-partition topic."""
     group, names, topic = unique(prefix), Names(), side.create_topic(PARTITIONS)
+    side.wait_assignable(topic, group)
     tid = topic_id(side, topic)
     addr = side.coordinator(group)
     ca, cb = side.conn(group), side.conn(group)
@@ -467,6 +468,7 @@ def s_refused(side: Side, leave_first: bool) -> dict:
     """A classic group of protocol type "connect" (one member S, Stable), then a
     ConsumerGroupHeartbeat join; with `leave_first`, S leaves before (the group is Empty)."""
     group, names, topic = unique("connect"), Names(), side.create_topic(1)
+    side.wait_assignable(topic, group)
     addr = side.coordinator(group)
     cs = side.conn(group)
     join = {"version": 5, "session_timeout_ms": SESSION_MS, "rebalance_timeout_ms": REBALANCE_MS, "protocol_type": "connect", "protocols": [("default", b"\x00\x01worker")]}
@@ -632,6 +634,7 @@ def s_classic_join_into_consumer_group(side: Side) -> dict:
     """C1 alone in a new consumer group (epochs below relative to its first, E), then classic X
     joins: X and C1 end with two partitions each."""
     group, names, topic = unique("classic-into"), Names(), side.create_topic(PARTITIONS)
+    side.wait_assignable(topic, group)
     t = Topic(topic, topic_id(side, topic))
     addr = side.coordinator(group)
     cc1, cx = side.conn(group), side.conn(group)
@@ -721,6 +724,7 @@ def s_classic_join_within_interval(side: Side) -> dict:
     """C1 alone in a new consumer group, then classic X joins at once, within the assignment
     interval after C1's assignment."""
     group, names, topic = unique("classic-batched"), Names(), side.create_topic(PARTITIONS)
+    side.wait_assignable(topic, group)
     t = Topic(topic, topic_id(side, topic))
     addr = side.coordinator(group)
     cc1, cx = side.conn(group), side.conn(group)
