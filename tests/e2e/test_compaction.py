@@ -184,16 +184,21 @@ def test_compactions_survive_a_kill_and_restart(corral_factory):
     assert wait_until_compacted(server.bootstrap, topic, expected) == expected
 
 
-def test_kafka_python_reads_across_the_gaps(corral_factory):
-    server = corral_factory(config=CORRAL_CONFIG)
-    topic, _, expected = compacted_rounds(server.bootstrap)
-    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+def kafka_python_reads(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """What kafka-python reads of partition 0 from its start: (offset, key, value)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
     try:
         consumer.assign([KpTopicPartition(topic, 0)])
         consumer.seek_to_beginning()
-        seen = [(m.offset, m.key, m.value) for m in consumer]
+        return [(m.offset, m.key, m.value) for m in consumer]
     finally:
         consumer.close()
+
+
+def test_kafka_python_reads_across_the_gaps(corral_factory):
+    server = corral_factory(config=CORRAL_CONFIG)
+    topic, _, expected = compacted_rounds(server.bootstrap)
+    seen = kafka_python_reads(server.bootstrap, topic)
     assert seen == expected
 
 
@@ -230,12 +235,6 @@ def test_a_producers_last_batch_stays_empty_when_its_records_are_replaced(target
     assert wait_until_compacted(target, topic, expected) == expected
     # The first producer's one batch: offsets 0 to 9, no record left.
     assert first_batch(target, topic) == (0, KEYS - 1, 0)
-    consumer = KafkaConsumer(bootstrap_servers=target, enable_auto_commit=False, consumer_timeout_ms=5000)
-    try:
-        consumer.assign([KpTopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        seen = [(m.offset, m.key, m.value) for m in consumer]
-    finally:
-        consumer.close()
+    seen = kafka_python_reads(target, topic)
     assert seen == expected
     assert clients.watermarks(target, topic, 0) == (0, 2 * KEYS + 1)
