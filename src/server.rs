@@ -111,7 +111,8 @@ impl Server {
             bound.push(addr);
         }
         let kafka_addr = bound[0];
-        let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls } = crate::security::listeners(&config, &bound)?;
+        let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls } =
+            crate::security::listeners(&config, &bound, crate::security::kernel_tls::for_config(&config))?;
         let authorizer = crate::security::acl::Authorizer::new(&config.authorization);
         let quotas = crate::security::quota::Quotas::new(&config.quotas);
         let admin_listener = std::net::TcpListener::bind(config.admin.listen).map_err(|source| StartError::Bind {

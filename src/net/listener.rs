@@ -120,11 +120,7 @@ async fn serve_tls(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, listen
     let (handed_over, security) = match corked.catch_unwind().await {
         Ok(Some(handed_over)) => handed_over,
         Ok(None) => return,
-        Err(_) => {
-            tracing::warn!(%peer, listener = %listener.name, "TLS handshake failed: a record the kTLS hand-over cannot frame");
-            crate::metrics::tls_handshake_failed(&listener.name);
-            return;
-        }
+        Err(_) => return handshake_failed(peer, listener, "a record the kTLS hand-over cannot frame"),
     };
     match handed_over {
         Ok(Ok(Accepted::Kernel { stream, early })) => {
@@ -135,14 +131,8 @@ async fn serve_tls(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, listen
             crate::metrics::tls_connection(&listener.name, false);
             super::connection::serve_tls(shard, *stream, peer, security).await
         }
-        Ok(Err(e)) => {
-            tracing::warn!(%peer, listener = %listener.name, error = %e, "handing the TLS session to the kernel failed; closing connection");
-            crate::metrics::tls_handshake_failed(&listener.name);
-        }
-        Err(_) => {
-            tracing::info!(%peer, listener = %listener.name, "TLS session not handed to the kernel within request_body_timeout_ms");
-            crate::metrics::tls_handshake_failed(&listener.name);
-        }
+        Ok(Err(e)) => handshake_failed(peer, listener, &format!("handing the session to the kernel failed: {e}")),
+        Err(_) => handshake_failed(peer, listener, "the session was not handed to the kernel within request_body_timeout_ms"),
     }
 }
 
@@ -157,14 +147,18 @@ async fn handshake<IO: AsyncRead + AsyncWrite + Unpin>(
     match tokio::time::timeout(timeout, acceptor.accept(io)).await {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
-            tracing::info!(%peer, listener = %listener.name, error = %e, "TLS handshake failed");
-            crate::metrics::tls_handshake_failed(&listener.name);
+            handshake_failed(peer, listener, &e.to_string());
             None
         }
         Err(_) => {
-            tracing::info!(%peer, listener = %listener.name, "TLS handshake did not finish within request_body_timeout_ms");
-            crate::metrics::tls_handshake_failed(&listener.name);
+            handshake_failed(peer, listener, "it did not finish within request_body_timeout_ms");
             None
         }
     }
+}
+
+/// A TLS connection closed before it could be served: logged and counted.
+fn handshake_failed(peer: SocketAddr, listener: &Listener, why: &str) {
+    tracing::info!(%peer, listener = %listener.name, why, "TLS handshake failed");
+    crate::metrics::tls_handshake_failed(&listener.name);
 }

@@ -21,10 +21,28 @@ use tokio_rustls::server::TlsStream;
 #[derive(Debug)]
 pub(crate) struct KernelTls(CompatibleCiphers);
 
+/// Where the node's TLS listeners may hand sessions to the kernel: `tls.ktls` is on, a Kafka
+/// listener uses TLS, and the kernel takes some suite. Probed at start, and logged either way.
+pub(crate) fn for_config(config: &crate::config::Config) -> Option<Arc<KernelTls>> {
+    if !config.tls.ktls || !config.listeners().iter().any(|l| l.protocol.uses_tls()) {
+        return None;
+    }
+    let kernel = KernelTls::probe();
+    match &kernel {
+        Some(kernel) => tracing::info!(
+            suites = %kernel,
+            aes_gcm = KernelTls::aes_gcm_driver().as_deref().unwrap_or("?"),
+            "kTLS: the kernel takes the TLS sessions of the Kafka listeners"
+        ),
+        None => tracing::info!("kTLS: not offered by this kernel (no `tls` TCP ULP); TLS listeners encrypt in rustls"),
+    }
+    kernel
+}
+
 impl KernelTls {
     /// Asks the kernel, on loopback sockets of its own. None when it offers kTLS for no suite:
     /// no `tls` module, or a kernel built without it.
-    pub(crate) fn probe() -> Option<Arc<KernelTls>> {
+    fn probe() -> Option<Arc<KernelTls>> {
         // Its own thread and runtime: the probe is async, and the caller may or may not be inside
         // a runtime already.
         let probe = std::thread::spawn(|| {
@@ -40,7 +58,7 @@ impl KernelTls {
     /// has used it): kTLS is only as fast as this. One made of generic parts
     /// (`gcm_base(ctr(aes-generic),ghash-generic)`) is slower than rustls, which uses the CPU's
     /// AES instructions; see BENCHMARKS.md.
-    pub(crate) fn aes_gcm_driver() -> Option<String> {
+    fn aes_gcm_driver() -> Option<String> {
         aes_gcm_driver_in(&std::fs::read_to_string("/proc/crypto").ok()?)
     }
 

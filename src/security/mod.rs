@@ -78,11 +78,16 @@ pub(crate) struct NodeSecurity {
 /// `corral check-config` runs after validating the config.
 pub fn check_files(config: &crate::config::Config) -> Result<(), crate::config::ConfigError> {
     let unbound: Vec<SocketAddr> = config.listeners().iter().map(|l| l.listen).collect();
-    listeners(config, &unbound).map(drop)
+    listeners(config, &unbound, None).map(drop)
 }
 
 /// Loads what the listeners' security needs (certificates, credentials): a failure names the key.
-pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) -> Result<NodeSecurity, crate::config::ConfigError> {
+/// `kernel_tls` is what [`kernel_tls::for_config`] found, given to every TLS listener.
+pub(crate) fn listeners(
+    config: &crate::config::Config,
+    bound: &[SocketAddr],
+    kernel_tls: Option<Arc<kernel_tls::KernelTls>>,
+) -> Result<NodeSecurity, crate::config::ConfigError> {
     let configs = config.listeners();
     let needs_certificate = configs.iter().any(|l| l.protocol.uses_tls()) || config.cluster.tls || config.admin.tls;
     let certificate = match needs_certificate {
@@ -99,20 +104,6 @@ pub(crate) fn listeners(config: &crate::config::Config, bound: &[SocketAddr]) ->
         true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),
         false => None,
     };
-    let kernel_tls = match config.tls.ktls && configs.iter().any(|l| l.protocol.uses_tls()) {
-        true => kernel_tls::KernelTls::probe(),
-        false => None,
-    };
-    if config.tls.ktls && configs.iter().any(|l| l.protocol.uses_tls()) {
-        match &kernel_tls {
-            Some(kernel) => tracing::info!(
-                suites = %kernel,
-                aes_gcm = kernel_tls::KernelTls::aes_gcm_driver().as_deref().unwrap_or("?"),
-                "kTLS: the kernel takes the TLS sessions of the Kafka listeners"
-            ),
-            None => tracing::info!("kTLS: not offered by this kernel (no `tls` TCP ULP); TLS listeners encrypt in rustls"),
-        }
-    }
     let mut listeners = Vec::with_capacity(configs.len());
     for (index, (l, &bound)) in configs.iter().zip(bound).enumerate() {
         let (tls, kernel_tls) = match &certificate {

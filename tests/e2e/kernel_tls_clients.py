@@ -26,6 +26,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
+import kafkawire as kw
+
 TOPIC = "ktls"
 
 
@@ -78,13 +80,11 @@ def kafka_python(bootstrap: str, certs: str, records: int) -> dict:
 
 def api_versions(tls: ssl.SSLSocket, correlation: int) -> int:
     """Sends ApiVersions v0; returns the error code of the answer."""
-    client_id = b"ktls-raw"
-    body = struct.pack(">hhih", 18, 0, correlation, len(client_id)) + client_id
-    tls.sendall(struct.pack(">i", len(body)) + body)
+    tls.sendall(kw.api_versions_v0(correlation))
     size = struct.unpack(">i", read_exactly(tls, 4))[0]
-    answer = read_exactly(tls, size)
-    assert struct.unpack(">i", answer[:4])[0] == correlation
-    return struct.unpack(">h", answer[4:6])[0]
+    answered, error, _apis = kw.parse_api_versions_v0(read_exactly(tls, size))
+    assert answered == correlation
+    return error
 
 
 def read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
