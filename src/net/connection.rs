@@ -68,6 +68,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + 'static> ClientWriter for tokio::io::W
     }
 }
 
+impl ClientWriter for crate::security::kernel_tls::Writer {
+    fn tcp(&self) -> Option<&TcpStream> {
+        Some(self.get_ref().tcp())
+    }
+}
+
 /// Serves a plaintext connection.
 pub(crate) async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr, security: ConnectionSecurity) {
     let (read_half, write_half) = stream.into_split();
@@ -89,7 +95,8 @@ pub(crate) async fn serve_tls<IO: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// keep sendfile(2). `early` is what rustls had decrypted before it gave the session up.
 pub(crate) async fn serve_kernel_tls(shard: Rc<Shard>, stream: TcpStream, early: Vec<u8>, peer: SocketAddr, security: ConnectionSecurity) {
     let (read_half, write_half) = stream.into_split();
-    serve(shard, std::io::Cursor::new(early).chain(read_half), write_half, peer, security).await;
+    let writer = crate::security::kernel_tls::writer(write_half);
+    serve(shard, std::io::Cursor::new(early).chain(read_half), writer, peer, security).await;
 }
 
 /// Serves one connection until the client closes it, it sends something unservable, or the

@@ -8,12 +8,18 @@
 //! The kernel hands the reader only application data: a record of another type (an alert, a
 //! TLS 1.3 key update) fails the read with EIO, and the connection is closed like after any read
 //! error. Kafka clients send neither while a connection is in use; a client that closes sends
-//! its close_notify last.
+//! its close_notify last. When corral closes a connection, its writer sends the close_notify
+//! alert before the TCP FIN ([`writer`]), so the client can tell a closed stream from a cut one.
 
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use ktls::{CompatibleCiphers, CorkStream};
 use rustls::SupportedCipherSuite;
+use tokio::io::AsyncWrite;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
@@ -121,6 +127,43 @@ pub(crate) async fn hand_over(stream: TlsStream<CorkStream<TcpStream>>, kernel: 
     // `into_raw` rather than the crate's stream type: reads and writes go to the socket itself.
     let (early, stream) = ktls::config_ktls_server(stream).await?.into_raw();
     Ok(Accepted::Kernel { stream, early: early.unwrap_or_default() })
+}
+
+/// The writing half of a kTLS connection, as the `ktls` crate's stream: its shutdown sends the
+/// close_notify alert (a record only the kernel can encrypt) and then the FIN.
+pub(crate) type Writer = ktls::KtlsStream<WriteHalf>;
+
+pub(crate) fn writer(half: OwnedWriteHalf) -> Writer {
+    ktls::KtlsStream::new(WriteHalf(half), None)
+}
+
+/// A socket's write half that also gives its descriptor, which the alert is sent on.
+pub(crate) struct WriteHalf(OwnedWriteHalf);
+
+impl WriteHalf {
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        self.0.as_ref()
+    }
+}
+
+impl AsRawFd for WriteHalf {
+    fn as_raw_fd(&self) -> RawFd {
+        self.tcp().as_raw_fd()
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

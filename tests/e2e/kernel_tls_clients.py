@@ -112,6 +112,21 @@ def close_notify(port: int, ca: str) -> dict:
     return {"error_codes": errors}
 
 
+def closed_by_the_server(port: int, ca: str) -> dict:
+    """A request the node cannot serve makes it close the connection: whether a close_notify
+    came before the end of the stream (without one, the read fails as a truncation)."""
+    context = ssl.create_default_context(cafile=ca)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        tls = context.wrap_socket(raw, server_hostname="127.0.0.1", suppress_ragged_eofs=False)
+        assert api_versions(tls, 1) == 0
+        # API key 32000 exists in no Kafka: the node answers nothing and closes.
+        tls.sendall(struct.pack(">ihhi", 10, 32000, 0, 2) + struct.pack(">h", -1))
+        try:
+            return {"clean_end": tls.recv(1) == b""}
+        except ssl.SSLEOFError:
+            return {"clean_end": False}
+
+
 def forged_record(port: int, ca: str) -> dict:
     context = ssl.create_default_context(cafile=ca)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
@@ -141,6 +156,7 @@ def main() -> None:
         "confluent_kafka": lambda: confluent(f"127.0.0.1:{args.ssl}", ca, args.records),
         "kafka_python": lambda: kafka_python(f"127.0.0.1:{args.mtls}", args.certs, args.records),
         "close_notify": lambda: close_notify(args.ssl, ca),
+        "closed_by_the_server": lambda: closed_by_the_server(args.ssl, ca),
         "forged_record": lambda: forged_record(args.ssl, ca),
     }
     result, seconds = {}, {}

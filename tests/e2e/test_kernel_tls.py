@@ -4,7 +4,8 @@ This machine's kernel has no `tls` TCP upper-layer protocol, so each test boots 
 guest that has one (tests/e2e/uml.py; scripts/uml.sh installs its kernel). Inside it, the corral
 binary under test runs with a plaintext, an SSL and a mutual-TLS listener, and real clients
 (tests/e2e/kernel_tls_clients.py: confluent-kafka, kafka-python, bare TLS sockets) produce and
-consume through the TLS listeners, end a session with close_notify, and forge a record. What the node did is read from its metrics and from the
+consume through the TLS listeners, end a session with close_notify, are sent one when the node
+closes, and forge a record. What the node did is read from its metrics and from the
 guest kernel's /proc/net/tls_stat.
 """
 
@@ -87,6 +88,8 @@ def everything_read(result: dict) -> None:
         assert result[client] == {"read": RECORDS, "intact": RECORDS}, result
     # Both ApiVersions answered without error: the node kept serving after a close_notify.
     assert result["close_notify"] == {"error_codes": [0, 0]}, result
+    # The node ends the TLS session it closes with its own close_notify.
+    assert result["closed_by_the_server"] == {"clean_end": True}, result
     # A record that does not decrypt closes its connection, and only that one.
     assert result["forged_record"] == {"closed": True, "next_error_code": 0}, result
 
