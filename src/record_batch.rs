@@ -5,7 +5,13 @@
 //! header, verifies the CRC-32C that covers everything after it, and rewrites only the fields the
 //! broker owns (base offset and partition leader epoch), which lie outside the CRC. Records stay
 //! compressed as the producer sent them. Only log compaction writes a batch anew, with the records
-//! it keeps, byte for byte ([`records`] walks them).
+//! it keeps, byte for byte ([`records`] walks them), or with their timestamps based on the batch's
+//! delete horizon.
+//!
+//! The delete horizon (KIP-534) is when a compacted batch's tombstones may go: the first
+//! compaction that keeps a tombstone sets it to its own time plus `delete.retention.ms`, in the
+//! base timestamp, with attribute bit 6. Each record's timestamp delta is then counted from it, so
+//! every record's timestamp stays what it was.
 //!
 //! ```text
 //! offset  size  field
@@ -14,9 +20,10 @@
 //!     12     4  partition_leader_epoch
 //!     16     1  magic                   (2)
 //!     17     4  crc                     (CRC-32C of bytes 21..end)
-//!     21     2  attributes              (bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control)
+//!     21     2  attributes              (bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control,
+//!                                         6 delete horizon)
 //!     23     4  last_offset_delta
-//!     27     8  base_timestamp
+//!     27     8  base_timestamp          (the delete horizon when bit 6 is set)
 //!     35     8  max_timestamp
 //!     43     8  producer_id
 //!     51     2  producer_epoch
@@ -38,6 +45,8 @@ const CRC_START: usize = 21;
 const MAGIC_V2: i8 = 2;
 /// The codec bits of a batch's attributes.
 const COMPRESSION_MASK: i16 = 0x07;
+/// The attribute bit of a batch whose base timestamp is its delete horizon.
+const DELETE_HORIZON_FLAG: i16 = 0x40;
 
 /// Why a batch was refused. Each maps to one Kafka error code in the produce handler.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -130,6 +139,11 @@ impl BatchHeader {
         self.attributes & 0x20 != 0
     }
 
+    /// When compaction may remove the batch's tombstones, once a compaction has set it.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_FLAG != 0).then_some(self.base_timestamp)
+    }
+
     /// An idempotent or transactional producer wrote this batch.
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
@@ -182,7 +196,8 @@ pub fn validate_stored(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     if header.last_offset_delta < header.records_count - 1 || header.last_offset_delta < 0 {
         return Err(BatchError::Invalid("more records than the offsets the batch spans"));
     }
-    if header.max_timestamp < header.base_timestamp && header.max_timestamp != -1 {
+    let base_is_first_timestamp = header.delete_horizon_ms().is_none();
+    if base_is_first_timestamp && header.max_timestamp < header.base_timestamp && header.max_timestamp != -1 {
         return Err(BatchError::Invalid("max timestamp is below the base timestamp"));
     }
     if compression == Compression::None {
@@ -312,24 +327,39 @@ fn read_nullable_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
     Some(Some(bytes))
 }
 
-/// A batch holding only `records` (some of `original`'s, their bytes unchanged, uncompressed),
-/// compressed with the original's codec. Its offsets, timestamps and producer fields stay the
-/// original's: each kept record's deltas still hold. The max timestamp is that of the records
-/// kept (the batch's own under log-append time, and the original's when none is kept).
-pub fn with_records(original: &BatchHeader, original_bytes: &[u8], records: &[RawRecord<'_>]) -> Result<Vec<u8>, BatchError> {
-    let mut payload = Vec::with_capacity(records.iter().map(|r| r.bytes.len()).sum());
+/// A batch holding only `records` (some of `original`'s, uncompressed), compressed with the
+/// original's codec. Its offsets and producer fields stay the original's. With `delete_horizon`
+/// (a batch that has none yet), the base timestamp becomes that horizon and each record's
+/// timestamp delta is counted from it; otherwise the records' bytes are unchanged and their deltas
+/// still hold. The max timestamp is that of the records kept (the batch's own under log-append
+/// time, and the original's when none is kept).
+pub fn with_records(
+    original: &BatchHeader,
+    original_bytes: &[u8],
+    records: &[RawRecord<'_>],
+    delete_horizon: Option<i64>,
+) -> Result<Vec<u8>, BatchError> {
+    let mut payload = Vec::with_capacity(records.iter().map(|r| r.bytes.len() + 8).sum());
     for record in records {
-        payload.extend_from_slice(record.bytes);
+        match delete_horizon {
+            None => payload.extend_from_slice(record.bytes),
+            Some(horizon) => rebased(record, horizon, &mut payload)?,
+        }
     }
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(&original_bytes[..HEADER_LEN]);
+    let mut attributes = original.attributes;
+    if let Some(horizon) = delete_horizon {
+        attributes |= DELETE_HORIZON_FLAG;
+        out[27..35].copy_from_slice(&horizon.to_be_bytes());
+    }
     if records.is_empty() {
         // An empty batch is written uncompressed, as Kafka writes one.
-        let attributes = original.attributes & !COMPRESSION_MASK;
-        out[21..23].copy_from_slice(&attributes.to_be_bytes());
+        attributes &= !COMPRESSION_MASK;
     } else {
         out.extend_from_slice(&crate::decompress::compress(&payload, original.compression()?)?);
     }
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
     let batch_length = (out.len() - LOG_OVERHEAD) as i32;
     out[8..12].copy_from_slice(&batch_length.to_be_bytes());
     if original.attributes & 0x08 == 0 {
@@ -340,6 +370,33 @@ pub fn with_records(original: &BatchHeader, original_bytes: &[u8], records: &[Ra
     let crc = crc32c::crc32c(&out[CRC_START..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
+}
+
+/// Appends `record` with its timestamp delta counted from `base`: the length prefix and the delta
+/// are written anew, the rest of its bytes as they were.
+fn rebased(record: &RawRecord<'_>, base: i64, out: &mut Vec<u8>) -> Result<(), BatchError> {
+    let bad = || BatchError::Invalid("record framing does not match the record count");
+    let mut rest = record.bytes;
+    read_varint(&mut rest).ok_or_else(bad)?;
+    let (&attributes, mut after) = rest.split_first().ok_or_else(bad)?;
+    read_varlong(&mut after).ok_or_else(bad)?;
+    let mut body = Vec::with_capacity(1 + 10 + after.len());
+    body.push(attributes);
+    put_varlong(&mut body, record.timestamp.wrapping_sub(base));
+    body.extend_from_slice(after);
+    put_varlong(out, body.len() as i64);
+    out.extend_from_slice(&body);
+    Ok(())
+}
+
+/// Writes a zig-zag varlong (Kafka's signed varint, of any width up to 64 bits).
+fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 #[cfg(test)]
@@ -409,6 +466,30 @@ pub(crate) mod tests {
             let ts = record_timestamps(&b).unwrap();
             assert_eq!(ts.len(), 10);
             assert_eq!(ts[9], (9, 14));
+        }
+    }
+
+    #[test]
+    fn a_delete_horizon_keeps_every_records_timestamp() {
+        let value = [b'v'; 10];
+        let pairs: Vec<(Option<&str>, Option<&[u8]>)> = vec![(Some("a"), Some(&value[..])), (Some("b"), None), (Some("c"), None)];
+        for codec in [Codec::None, Codec::Zstd] {
+            // Records written long before the horizon, 1 s apart.
+            let original = batch_of(&pairs, codec, None, 1_000, 1_000);
+            let (header, payload) = payload(&original).unwrap();
+            let kept: Vec<RawRecord<'_>> = records(&header, &payload).unwrap().into_iter().skip(1).collect();
+            let horizon = 9_000_000_000_000;
+            let rebuilt = with_records(&header, &original, &kept, Some(horizon)).unwrap();
+            let stored = validate_stored(&rebuilt).unwrap();
+            assert_eq!(stored.delete_horizon_ms(), Some(horizon), "{codec:?}");
+            assert_eq!(stored.max_timestamp, 3_000);
+            assert_eq!(record_timestamps(&rebuilt).unwrap(), vec![(1, 2_000), (2, 3_000)]);
+            // kafka-protocol's decoder, as a client's, reads the same timestamps.
+            let decoded = kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes::Bytes::from(rebuilt)).unwrap();
+            let seen: Vec<(i64, i64, bool)> = decoded.records.iter().map(|r| (r.offset, r.timestamp, r.value.is_none())).collect();
+            assert_eq!(seen, vec![(1, 2_000, true), (2, 3_000, true)], "{codec:?}");
+            // A batch without the flag: its base timestamp is its first record's.
+            assert_eq!(header.delete_horizon_ms(), None);
         }
     }
 

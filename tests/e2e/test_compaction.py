@@ -205,6 +205,13 @@ def test_kafka_python_reads_across_the_gaps(corral_factory):
 def first_batch(bootstrap: str, topic: str) -> tuple[int, int, int]:
     """The first batch a raw Fetch v4 from offset 0 of partition 0 gets: (base offset, last offset
     delta, record count)."""
+    base_offset, last_offset_delta, count, _attributes, _base_timestamp = fetched_batches(bootstrap, topic)[0]
+    return base_offset, last_offset_delta, count
+
+
+def fetched_batches(bootstrap: str, topic: str) -> list[tuple[int, int, int, int, int]]:
+    """The batches a raw Fetch v4 from offset 0 of partition 0 gets: (base offset, last offset
+    delta, record count, attributes, base timestamp) each."""
     conn = kw.Conn(leader_address(bootstrap, topic))
     try:
         conn.send(kw.fetch_v4(1, topic, 0, 0))
@@ -213,10 +220,15 @@ def first_batch(bootstrap: str, topic: str) -> tuple[int, int, int]:
         conn.close()
     error, _high_watermark, records = partitions[(topic, 0)]
     assert error == 0 and records, partitions
-    base_offset, = struct.unpack_from(">q", records, 0)
-    last_offset_delta, = struct.unpack_from(">i", records, 23)
-    count, = struct.unpack_from(">i", records, 57)
-    return base_offset, last_offset_delta, count
+    batches = []
+    position = 0
+    while position + 61 <= len(records):
+        base_offset, length = struct.unpack_from(">qi", records, position)
+        attributes, last_offset_delta, base_timestamp = struct.unpack_from(">hiq", records, position + 21)
+        count, = struct.unpack_from(">i", records, position + 57)
+        batches.append((base_offset, last_offset_delta, count, attributes, base_timestamp))
+        position += 12 + length
+    return batches
 
 
 def test_a_producers_last_batch_stays_empty_when_its_records_are_replaced(target):
@@ -238,3 +250,32 @@ def test_a_producers_last_batch_stays_empty_when_its_records_are_replaced(target
     seen = kafka_python_reads(target, topic)
     assert seen == expected
     assert clients.watermarks(target, topic, 0) == (0, 2 * KEYS + 1)
+
+
+HOUR_MS = 3600_000
+DELETE_HORIZON_FLAG = 0x40
+
+
+def test_an_old_tombstone_stays_delete_retention_ms_from_its_first_compaction(target):
+    """KIP-534: a tombstone whose timestamp is long past (a mirrored topic's, say) outlives the
+    compaction that first sees it, which sets its batch's delete horizon to delete.retention.ms
+    from then. Consumers still read each record's own timestamp."""
+    topic = new_topic(target, **{"delete.retention.ms": str(HOUR_MS)})
+    two_days_ago = int(time.time() * 1000) - 48 * HOUR_MS
+    producer = clients.producer(target)
+    for key, value in ((b"a", b"1"), (b"b", b"2"), (b"a", None)):
+        producer.produce(topic, key=key, value=value, partition=0, timestamp=two_days_ago)
+    assert producer.flush(T) == 0
+    time.sleep(0.5)
+    started_ms = int(time.time() * 1000)
+    (roll, _, _, offset), = clients.produce_all(producer, topic, [(f"roll-{uuid.uuid4().hex[:6]}".encode(), b"roll")], partition=0)
+    expected = [(1, b"b", b"2"), (2, b"a", None), (offset, roll, b"roll")]
+    assert wait_until_compacted(target, topic, expected) == expected
+    consumed = clients.consume_all(target, topic, [0])[0]
+    assert [r.timestamp for r in consumed[:2]] == [two_days_ago, two_days_ago]
+    # The batch holding the tombstone: its base timestamp is now the horizon.
+    holding = [b for b in fetched_batches(target, topic) if b[0] <= 2 <= b[0] + b[1]]
+    assert len(holding) == 1, fetched_batches(target, topic)
+    _, _, _, attributes, horizon = holding[0]
+    assert attributes & DELETE_HORIZON_FLAG, holding
+    assert started_ms + HOUR_MS <= horizon <= int(time.time() * 1000) + HOUR_MS, (horizon - started_ms, holding)

@@ -5,8 +5,14 @@
 //! `min.cleanable.dirty.ratio`, or a dirty record is older than `max.compaction.lag.ms`, a map of
 //! key → last offset is built over the dirty segments, and every sealed segment is written again
 //! without the records a later record of the same key replaced, without records that have no key,
-//! and without tombstones older than `delete.retention.ms`. The active segment is never touched,
+//! and without tombstones past their batch's delete horizon. The active segment is never touched,
 //! nor a segment with a record younger than `min.compaction.lag.ms`.
+//!
+//! The delete horizon (KIP-534, as Kafka): the first compaction that keeps a tombstone writes its
+//! batch again with the horizon set to that compaction's time plus `delete.retention.ms`; the
+//! first compaction after the horizon removes the tombstone. So a consumer has
+//! `delete.retention.ms` from the deletion's first compaction to read it, whatever timestamp the
+//! producer gave the tombstone.
 //!
 //! A batch whose records all stay is copied as it is; one that loses some keeps its offsets,
 //! timestamps and producer fields (its last offset delta too, so producer sequences stay whole)
@@ -255,7 +261,8 @@ impl CleanerPlan {
         let keep = |header: &BatchHeader, record: &RawRecord<'_>| {
             let Some(key) = record.key else { return header.is_control() };
             let replaced = map.get(key).is_some_and(|&last| record.offset < last);
-            let expired_tombstone = record.tombstone && self.now_ms.saturating_sub(record.timestamp) > self.delete_retention_ms;
+            // A tombstone stays until its batch's delete horizon (none yet: it is set below).
+            let expired_tombstone = record.tombstone && header.delete_horizon_ms().is_some_and(|horizon| self.now_ms >= horizon);
             !replaced && !expired_tombstone
         };
         let mut out: Option<BufWriter<File>> = None;
@@ -274,7 +281,12 @@ impl CleanerPlan {
             // Empty (all its records replaced, or emptied by an earlier compaction): it goes,
             // unless its producer's sequence numbers are to be remembered.
             let drop = !unchanged && kept.is_empty() && !last_of_its_producer(header);
-            let changes = drop || kept.len() < records.len();
+            // The first compaction to keep a tombstone starts its delete.retention.ms (KIP-534):
+            // a tombstone's own timestamp may be long past (a mirrored topic's, say), and
+            // consumers are still to see the deletion for that long.
+            let delete_horizon = (header.delete_horizon_ms().is_none() && kept.iter().any(|r| r.tombstone))
+                .then(|| self.now_ms.saturating_add(self.delete_retention_ms));
+            let changes = drop || kept.len() < records.len() || delete_horizon.is_some();
             if changes && out.is_none() {
                 // The first batch that changes: everything before it is copied as it is.
                 let mut file = BufWriter::new(File::create(cleaned_path(&self.dir, sealed.base))?);
@@ -299,10 +311,10 @@ impl CleanerPlan {
                 return Ok(ControlFlow::Continue(()));
             }
             let rebuilt;
-            let bytes = if kept.len() == records.len() {
+            let bytes = if kept.len() == records.len() && delete_horizon.is_none() {
                 raw
             } else {
-                rebuilt = record_batch::with_records(header, raw, &kept)?;
+                rebuilt = record_batch::with_records(header, raw, &kept, delete_horizon)?;
                 &rebuilt[..]
             };
             file.write_all(bytes)?;

@@ -141,6 +141,42 @@ fn tombstones_stay_for_delete_retention_ms() {
 }
 
 #[test]
+fn an_old_tombstone_stays_delete_retention_ms_from_its_first_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    // Written with timestamps far older than delete.retention.ms (1 s), as a mirrored topic's.
+    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("2"))], Codec::None, 10), 0).unwrap();
+    log.append(&batch(&[(Some("a"), None)], Codec::Lz4, 10), 0).unwrap();
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("c"), Some("3"))], Codec::None, 10), 0).unwrap();
+    // The first compaction keeps the tombstone and sets its batch's horizon: 100 s + 1 s.
+    compact(&mut log, 100_000);
+    let tombstone = (2, "a".to_string(), None);
+    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), tombstone.clone(), kv(3, "c", "3")]);
+    let horizon = |log: &PartitionLog| {
+        let batches = stored_horizons(log);
+        batches.into_iter().find(|&(base, _)| base == 2).and_then(|(_, h)| h)
+    };
+    assert_eq!(horizon(&log), Some(101_000));
+    // Before the horizon, another compaction keeps it (and the horizon it has).
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("d"), Some("4"))], Codec::None, 10), 0).unwrap();
+    compact(&mut log, 100_900);
+    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), tombstone, kv(3, "c", "3"), kv(4, "d", "4")]);
+    assert_eq!(horizon(&log), Some(101_000));
+    // The first compaction at or after it removes the tombstone.
+    log.roll(0).unwrap();
+    log.append(&batch(&[(Some("e"), Some("5"))], Codec::None, 10), 0).unwrap();
+    compact(&mut log, 101_000);
+    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), kv(3, "c", "3"), kv(4, "d", "4"), kv(5, "e", "5")]);
+}
+
+/// Each batch's base offset and delete horizon, in the first segment.
+fn stored_horizons(log: &PartitionLog) -> Vec<(i64, Option<i64>)> {
+    stored_batch_headers(log, 0).into_iter().map(|h| (h.base_offset, h.delete_horizon_ms())).collect()
+}
+
+#[test]
 fn when_compaction_is_due() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig { compaction: CompactionConfig { min_lag_ms: 5_000, min_dirty_ratio: 0.5, ..config().compaction }, ..config() };
@@ -265,6 +301,12 @@ fn a_segment_of_more_batches_than_the_buffer_lists_is_indexed_by_a_scan() {
 
 /// The batches of the log from `from`: (base offset, records, codec bits, producer id).
 fn stored_batches(log: &PartitionLog, from: i64) -> Vec<(i64, i32, i16, i64)> {
+    let headers = stored_batch_headers(log, from);
+    headers.into_iter().map(|h| (h.base_offset, h.records_count, h.attributes & 0x07, h.producer_id)).collect()
+}
+
+/// The header of every batch one read from offset `from` gets (to the end of its segment).
+fn stored_batch_headers(log: &PartitionLog, from: i64) -> Vec<crate::record_batch::BatchHeader> {
     let read = log.read(from, 1 << 20, true).unwrap();
     let slice = read.slice.unwrap();
     let mut bytes = vec![0u8; slice.len as usize];
@@ -273,8 +315,8 @@ fn stored_batches(log: &PartitionLog, from: i64) -> Vec<(i64, i32, i16, i64)> {
     let mut rest = &bytes[..];
     while !rest.is_empty() {
         let header = crate::record_batch::BatchHeader::parse(rest).unwrap();
-        out.push((header.base_offset, header.records_count, header.attributes & 0x07, header.producer_id));
         rest = &rest[header.total_len()..];
+        out.push(header);
     }
     out
 }
