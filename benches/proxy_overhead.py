@@ -20,6 +20,12 @@ the machine's speed drifts):
   the records in the response) of the filled partition's first MiB, p50 and p99 of 300;
 and each corral's CPU seconds per GB moved. Prints the medians, the through/direct ratios per
 round and the added latency (through minus direct).
+
+With `--pin`, Kafka and the load generators run on the first CPU and each corral on the second,
+as a proxy on a host of its own would: the ratios then show what corral's path costs a client,
+without corral taking CPU time from the broker and the client. Without it (the default) all of
+them share every CPU, and on a small machine every CPU second corral spends is one that Kafka
+and the client lose.
 """
 
 import argparse
@@ -115,7 +121,15 @@ def main() -> None:
     ap.add_argument("--bench", default=str(REPO / "target" / "release" / "corral-bench"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5)
+    ap.add_argument("--pin", action="store_true", help="Kafka and the load on CPU 0, each corral on CPU 1")
     args = ap.parse_args()
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs two CPUs")
+        # Inherited by Kafka and every load generator this script starts; corral is moved.
+        args.corral_cpus = set(cpus[1:2])
+        os.sched_setaffinity(0, set(cpus[:1]))
 
     with kafka_and_corrals(args, "corral-proxy-bench-", "proxy-fetch") as (work, kafka, servers):
         direct = kafka.bootstrap
@@ -195,9 +209,11 @@ def start_corral(args, workdir: Path, config: str) -> tuple[subprocess.Popen, st
     kport, aport = free_port(), free_port()
     (workdir / "corral.toml").write_text(config)
     log = open(workdir / "corral.log", "wb")
+    cpus = getattr(args, "corral_cpus", None)
     proc = subprocess.Popen([args.corral, "serve", "--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{kport}",
                              "--admin-listen", f"127.0.0.1:{aport}", "--config", str(workdir / "corral.toml")],
-                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, CORRAL_LOG="warn"))
+                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, CORRAL_LOG="warn"),
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     deadline = time.monotonic() + 30
     while True:
         try:

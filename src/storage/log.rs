@@ -159,6 +159,7 @@ impl PartitionLog {
         if !dir.exists() {
             return Ok((PartitionLog::create(files, dir, config, now_ms), OpenReport { segments: 1, ..Default::default() }));
         }
+        compaction::finish_merges(dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();

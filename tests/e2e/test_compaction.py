@@ -184,6 +184,32 @@ def test_compactions_survive_a_kill_and_restart(corral_factory):
     assert wait_until_compacted(server.bootstrap, topic, expected) == expected
 
 
+def test_small_segments_are_merged_into_one(corral_factory):
+    """Every record here rolls a segment (segment.ms is 300 ms); compaction writes the small
+    segments it reads into one, as Kafka's cleaner groups segments up to segment.bytes. What
+    consumers read does not change, and a kill -9 and restart keep it."""
+    server = corral_factory(config=CORRAL_CONFIG)
+    topic = new_topic(server.bootstrap)
+    producer = clients.producer(server.bootstrap)
+    delivered = []
+    for k in range(8):
+        delivered += clients.produce_all(producer, topic, [(f"k{k}".encode(), b"v")], partition=0)
+        time.sleep(0.4)
+    delivered += clients.produce_all(producer, topic, [(b"last", b"v")], partition=0)
+    expected = last_of_each_key(delivered)
+    segments = lambda: sorted(path.name for path in server.partition_dir(topic, 0).glob("*.log"))  # noqa: E731
+    deadline = time.monotonic() + 60
+    while len(segments()) > 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # The eight sealed segments are one now; the active one holds the last record.
+    assert segments() == ["00000000000000000000.log", "00000000000000000008.log"], segments()
+    assert read_all(server.bootstrap, topic) == expected
+    server.kill9()
+    server.restart()
+    assert read_all(server.bootstrap, topic) == expected
+    assert kafka_python_reads(server.bootstrap, topic) == expected
+
+
 def kafka_python_reads(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
     """What kafka-python reads of partition 0 from its start: (offset, key, value)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)

@@ -14,6 +14,10 @@
 //! `delete.retention.ms` from the deletion's first compaction to read it, whatever timestamp the
 //! producer gave the tombstone.
 //!
+//! As Kafka's cleaner, a compaction writes neighbouring segments into one while their sizes before
+//! it add up to no more than `segment.bytes` (and their offsets to no more than an index's relative
+//! offsets reach): the segments compaction shrank do not stay many small files.
+//!
 //! A batch whose records all stay is copied as it is; one that loses some keeps its offsets,
 //! timestamps and producer fields (its last offset delta too, so producer sequences stay whole)
 //! and holds the records kept, byte for byte, compressed again with its codec. One that loses all
@@ -30,7 +34,10 @@
 //! A crash at any point leaves whole segments: a segment written again is `<base>.log.cleaned`
 //! until it is fsynced; the old segment's index files are removed and the directory fsynced before
 //! the rename over `<base>.log`, so whichever log a crash leaves is indexed again by a scan.
-//! Opening a partition removes any `.cleaned` file.
+//! Opening a partition removes any `.cleaned` file. Before segments merged into one are put in
+//! place, a journal (`cleaner-merges`) names each merge: its first segment and where it ends. A
+//! crash before the rename leaves the segments as they were; one after it leaves the merged
+//! segment and maybe some of those it replaced, which opening the partition then deletes.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -47,6 +54,10 @@ use crate::storage::{timestamp_scan, StorageError};
 /// The offset the last compaction reached, per partition (Kafka keeps one such file per log
 /// directory).
 const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// The merges being put in place: one line per merged segment, `<first base> <end>`.
+const MERGE_JOURNAL: &str = "cleaner-merges";
+/// The widest offset range one segment may hold: its index keeps offsets relative to its base.
+const MAX_SEGMENT_OFFSETS: i64 = i32::MAX as i64;
 /// Key → the offset of its last record in the dirty segments.
 type KeyMap = HashMap<Box<[u8]>, i64>;
 /// What a key in the map costs besides its bytes: the boxed slice, the offset, the table's slot.
@@ -62,6 +73,8 @@ pub struct CleanerPlan {
     first_dirty: usize,
     delete_retention_ms: i64,
     buffer_bytes: u64,
+    /// Neighbouring segments are merged up to this size (`segment.bytes`).
+    segment_bytes: u64,
     now_ms: i64,
     /// Producer id → the base offset of its last batch, while its state is kept: such a batch
     /// stays even when none of its records do (empty, as Kafka keeps it), so that its sequence
@@ -90,10 +103,14 @@ pub struct Cleaned {
     pub bytes_after: u64,
 }
 
-/// A segment written again, at `<base>.log.cleaned`.
+/// A segment written again, at `<base>.log.cleaned`: one segment's records, or several's.
 #[derive(Debug)]
 struct Rewritten {
     base: i64,
+    /// The segments after `base` whose records it holds too, which it replaces.
+    merged: Vec<i64>,
+    /// The base of the segment after the last one it replaces.
+    end: i64,
     /// Its batches, to index it without reading it back; `None` when listing them would have
     /// taken more than the key map's buffer (a segment of tiny batches), and it is scanned.
     batches: Option<Vec<StoredBatch>>,
@@ -141,29 +158,41 @@ impl PartitionLog {
             first_dirty,
             delete_retention_ms: c.delete_retention_ms,
             buffer_bytes: c.buffer_bytes,
+            segment_bytes: self.config.segment_bytes,
             now_ms,
             last_batches: self.producers.last_batches(),
         })
     }
 
     /// Puts the segments a compaction wrote in place of those it read. A segment deleted
-    /// meanwhile (retention, DeleteRecords) stays deleted; one left empty is deleted, unless it
-    /// is the first (which keeps the log's start offset).
+    /// meanwhile (retention, DeleteRecords) stays deleted, and a merge that included one is not
+    /// installed; a segment left empty is deleted, unless it is the first (which keeps the log's
+    /// start offset).
     pub fn install_cleaned(&mut self, cleaned: Cleaned, now_ms: i64) -> Result<(), StorageError> {
         let active = self.active().base_offset;
-        for Rewritten { base, batches, size } in cleaned.rewritten {
+        let merges: String = cleaned.rewritten.iter().filter(|r| !r.merged.is_empty()).map(|r| format!("{} {}\n", r.base, r.end)).collect();
+        if !merges.is_empty() {
+            write_atomically(&self.dir.join(MERGE_JOURNAL), merges.as_bytes())?;
+        }
+        for Rewritten { base, merged, end: _, batches, size } in cleaned.rewritten {
             let written = cleaned_path(&self.dir, base);
-            if base >= active || !self.segments.contains_key(&base) {
+            let all_there = std::iter::once(base).chain(merged.iter().copied()).all(|b| b < active && self.segments.contains_key(&b));
+            if !all_there {
                 remove_if_present(&written)?;
                 continue;
             }
             if size == 0 && self.segments.keys().next() != Some(&base) {
                 remove_if_present(&written)?;
-                self.segments.remove(&base).expect("present").delete()?;
+                for b in std::iter::once(base).chain(merged) {
+                    self.segments.remove(&b).expect("present").delete()?;
+                }
                 self.dir_unsynced = true;
                 continue;
             }
             std::fs::rename(&written, self.dir.join(segment::file_name(base, "log")))?;
+            for b in merged {
+                self.segments.remove(&b).expect("present").delete()?;
+            }
             let interval = self.config.index_interval_bytes;
             let mut segment = match batches {
                 Some(batches) => Segment::from_batches(&self.files, &self.dir, base, interval, &batches, now_ms)?,
@@ -173,6 +202,11 @@ impl PartitionLog {
             // Replacing the old segment drops its cached file: reads open the new one.
             self.segments.insert(base, segment);
             self.dir_unsynced = true;
+        }
+        if !merges.is_empty() {
+            // The renames and deletions are on disk before the journal that would finish them goes.
+            sync_dir(&self.dir)?;
+            remove_if_present(&self.dir.join(MERGE_JOURNAL))?;
         }
         if cleaned.cleaned_to > self.cleaned_to {
             self.cleaned_to = cleaned.cleaned_to;
@@ -198,10 +232,10 @@ impl CleanerPlan {
         let (map, end) = self.key_map()?;
         let mut cleaned =
             Cleaned { dir: self.dir.clone(), rewritten: Vec::new(), cleaned_to: 0, records_removed: 0, bytes_before: 0, bytes_after: 0 };
-        for sealed in &self.segments[..end] {
-            if let Some((rewritten, removed, size)) = self.rewrite(sealed, &map)? {
+        for group in self.groups(end) {
+            if let Some((rewritten, removed, size)) = self.rewrite(group, &map)? {
                 cleaned.records_removed += removed;
-                cleaned.bytes_before += sealed.size;
+                cleaned.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
                 cleaned.bytes_after += size;
                 cleaned.rewritten.push(rewritten);
             }
@@ -215,6 +249,29 @@ impl CleanerPlan {
         }
         sync_dir(&self.dir)?;
         Ok(cleaned)
+    }
+
+    /// `segments[..end]` in runs of neighbours to write into one segment each, as Kafka groups
+    /// them: as many as fit in `segment.bytes` together (sizes before this compaction) and in one
+    /// segment's offset range.
+    fn groups(&self, end: usize) -> Vec<&[Sealed]> {
+        let mut groups = Vec::new();
+        let mut rest = &self.segments[..end];
+        while let Some(first) = rest.first() {
+            let mut size = first.size;
+            let mut len = 1;
+            while let Some(next) = rest.get(len) {
+                if size + next.size > self.segment_bytes || next.end - first.base > MAX_SEGMENT_OFFSETS {
+                    break;
+                }
+                size += next.size;
+                len += 1;
+            }
+            let (group, after) = rest.split_at(len);
+            groups.push(group);
+            rest = after;
+        }
+        groups
     }
 
     /// The last offset of each key in the dirty segments, and how many segments the map covers
@@ -255,9 +312,16 @@ impl CleanerPlan {
         Ok((map, self.segments.len()))
     }
 
-    /// Writes `sealed` again without the records compaction removes; `None` when it loses none.
-    /// Returns the segment written, the records removed and its size.
-    fn rewrite(&self, sealed: &Sealed, map: &KeyMap) -> Result<Option<(Rewritten, u64, u64)>, CleanError> {
+    /// Writes the segments of `group` again, as one, without the records compaction removes;
+    /// `None` when it is one segment that loses none. Returns the segment written, the records
+    /// removed and its size.
+    fn rewrite(&self, group: &[Sealed], map: &KeyMap) -> Result<Option<(Rewritten, u64, u64)>, CleanError> {
+        let first = &group[0];
+        // Several segments are always written, into one file.
+        let mut out: Option<BufWriter<File>> = match group.len() {
+            1 => None,
+            _ => Some(BufWriter::new(File::create(cleaned_path(&self.dir, first.base))?)),
+        };
         let keep = |header: &BatchHeader, record: &RawRecord<'_>| {
             let Some(key) = record.key else { return header.is_control() };
             let replaced = map.get(key).is_some_and(|&last| record.offset < last);
@@ -265,66 +329,69 @@ impl CleanerPlan {
             let expired_tombstone = record.tombstone && header.delete_horizon_ms().is_some_and(|horizon| self.now_ms >= horizon);
             !replaced && !expired_tombstone
         };
-        let mut out: Option<BufWriter<File>> = None;
         let mut batches = Some(Vec::new());
         let most_batches = self.buffer_bytes as usize / std::mem::size_of::<StoredBatch>();
         let (mut removed, mut size) = (0u64, 0u64);
         let last_of_its_producer =
             |header: &BatchHeader| header.has_producer_id() && self.last_batches.get(&header.producer_id) == Some(&header.base_offset);
-        // Every batch is read: the closure never breaks.
-        let _: ControlFlow<()> = for_each_batch(&self.dir, sealed, |position, raw, header, records| {
-            // A batch that cannot be looked inside stays as it is.
-            let unchanged = records.is_none();
-            let records = records.unwrap_or_default();
-            let kept: Vec<RawRecord<'_>> = records.iter().filter(|r| keep(header, r)).copied().collect();
-            removed += (records.len() - kept.len()) as u64;
-            // Empty (all its records replaced, or emptied by an earlier compaction): it goes,
-            // unless its producer's sequence numbers are to be remembered.
-            let drop = !unchanged && kept.is_empty() && !last_of_its_producer(header);
-            // The first compaction to keep a tombstone starts its delete.retention.ms (KIP-534):
-            // a tombstone's own timestamp may be long past (a mirrored topic's, say), and
-            // consumers are still to see the deletion for that long.
-            let delete_horizon = (header.delete_horizon_ms().is_none() && kept.iter().any(|r| r.tombstone))
-                .then(|| self.now_ms.saturating_add(self.delete_retention_ms));
-            let changes = drop || kept.len() < records.len() || delete_horizon.is_some();
-            if changes && out.is_none() {
-                // The first batch that changes: everything before it is copied as it is.
-                let mut file = BufWriter::new(File::create(cleaned_path(&self.dir, sealed.base))?);
-                let mut old = File::open(self.dir.join(segment::file_name(sealed.base, "log")))?.take(position);
-                io::copy(&mut old, &mut file)?;
-                out = Some(file);
-            }
-            let mut list = |batch: StoredBatch| {
-                if batches.as_ref().is_some_and(|b| b.len() >= most_batches) {
-                    batches = None;
+        for sealed in group {
+            // Every batch is read: the closure never breaks.
+            let _: ControlFlow<()> = for_each_batch(&self.dir, sealed, |position, raw, header, records| {
+                // A batch that cannot be looked inside stays as it is.
+                let unchanged = records.is_none();
+                let records = records.unwrap_or_default();
+                let kept: Vec<RawRecord<'_>> = records.iter().filter(|r| keep(header, r)).copied().collect();
+                removed += (records.len() - kept.len()) as u64;
+                // Empty (all its records replaced, or emptied by an earlier compaction): it goes,
+                // unless its producer's sequence numbers are to be remembered.
+                let drop = !unchanged && kept.is_empty() && !last_of_its_producer(header);
+                // The first compaction to keep a tombstone starts its delete.retention.ms (KIP-534):
+                // a tombstone's own timestamp may be long past (a mirrored topic's, say), and
+                // consumers are still to see the deletion for that long.
+                let delete_horizon = (header.delete_horizon_ms().is_none() && kept.iter().any(|r| r.tombstone))
+                    .then(|| self.now_ms.saturating_add(self.delete_retention_ms));
+                let changes = drop || kept.len() < records.len() || delete_horizon.is_some();
+                if changes && out.is_none() {
+                    // The first batch that changes: everything before it is copied as it is.
+                    let mut file = BufWriter::new(File::create(cleaned_path(&self.dir, sealed.base))?);
+                    let mut old = File::open(self.dir.join(segment::file_name(sealed.base, "log")))?.take(position);
+                    io::copy(&mut old, &mut file)?;
+                    out = Some(file);
                 }
-                if let Some(batches) = batches.as_mut() {
-                    batches.push(batch);
+                let mut list = |batch: StoredBatch| {
+                    if batches.as_ref().is_some_and(|b| b.len() >= most_batches) {
+                        batches = None;
+                    }
+                    if let Some(batches) = batches.as_mut() {
+                        batches.push(batch);
+                    }
+                };
+                let Some(file) = out.as_mut() else {
+                    list(StoredBatch::of(header, position, raw.len() as u32));
+                    size = position + raw.len() as u64;
+                    return Ok(ControlFlow::Continue(()));
+                };
+                if drop {
+                    return Ok(ControlFlow::Continue(()));
                 }
-            };
-            let Some(file) = out.as_mut() else {
-                list(StoredBatch::of(header, position, raw.len() as u32));
-                size = position + raw.len() as u64;
-                return Ok(ControlFlow::Continue(()));
-            };
-            if drop {
-                return Ok(ControlFlow::Continue(()));
-            }
-            let rebuilt;
-            let bytes = if kept.len() == records.len() && delete_horizon.is_none() {
-                raw
-            } else {
-                rebuilt = record_batch::with_records(header, raw, &kept, delete_horizon)?;
-                &rebuilt[..]
-            };
-            file.write_all(bytes)?;
-            list(StoredBatch::of(&BatchHeader::parse(bytes)?, size, bytes.len() as u32));
-            size += bytes.len() as u64;
-            Ok(ControlFlow::Continue(()))
-        })?;
+                let rebuilt;
+                let bytes = if kept.len() == records.len() && delete_horizon.is_none() {
+                    raw
+                } else {
+                    rebuilt = record_batch::with_records(header, raw, &kept, delete_horizon)?;
+                    &rebuilt[..]
+                };
+                file.write_all(bytes)?;
+                list(StoredBatch::of(&BatchHeader::parse(bytes)?, size, bytes.len() as u32));
+                size += bytes.len() as u64;
+                Ok(ControlFlow::Continue(()))
+            })?;
+        }
         let Some(file) = out else { return Ok(None) };
         file.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
-        Ok(Some((Rewritten { base: sealed.base, batches, size }, removed, size)))
+        let merged = group[1..].iter().map(|s| s.base).collect();
+        let rewritten = Rewritten { base: first.base, merged, end: group[group.len() - 1].end, batches, size };
+        Ok(Some((rewritten, removed, size)))
     }
 }
 
@@ -371,6 +438,42 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 /// The offset the last compaction reached in `dir`; 0 when none ran.
 pub(super) fn read_cleaner_checkpoint(dir: &Path) -> i64 {
     read_offset_file(&dir.join(CLEANER_CHECKPOINT))
+}
+
+/// Finishes the merges a compaction was putting in place when the process stopped (before the
+/// segments of `dir` are opened). A merge whose segment was not renamed yet leaves the segments it
+/// read as they are (its `.cleaned` file is a leftover); one whose segment is in place deletes the
+/// segments it replaced that are still there.
+pub(super) fn finish_merges(dir: &Path) -> io::Result<()> {
+    let journal = dir.join(MERGE_JOURNAL);
+    let Ok(text) = std::fs::read_to_string(&journal) else { return Ok(()) };
+    let merges: Vec<(i64, i64)> = text
+        .lines()
+        .filter_map(|line| {
+            let (base, end) = line.split_once(' ')?;
+            Some((base.parse().ok()?, end.parse().ok()?))
+        })
+        .collect();
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(base) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|b| b.parse::<i64>().ok()) {
+            bases.push(base);
+        }
+    }
+    for (first, end) in merges {
+        if cleaned_path(dir, first).exists() {
+            continue;
+        }
+        for &base in bases.iter().filter(|&&b| first < b && b < end) {
+            tracing::info!(dir = %dir.display(), base, merged_into = first, "deleting a segment a compaction merged before the process stopped");
+            for ext in ["log", "index", "timeindex"] {
+                remove_if_present(&dir.join(segment::file_name(base, ext)))?;
+            }
+        }
+    }
+    sync_dir(dir)?;
+    remove_if_present(&journal)
 }
 
 /// Whether a file in a partition directory is a segment a compaction was writing when the

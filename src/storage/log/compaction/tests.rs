@@ -108,7 +108,9 @@ fn keeps_the_last_record_of_each_key_across_reopens() {
 #[test]
 fn a_segment_left_empty_is_deleted_unless_it_is_the_first() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
+    // Segments too large to merge, so each is written again on its own.
+    let cfg = LogConfig { segment_bytes: 1, ..config() };
+    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), cfg, 0);
     for value in ["1", "2", "3"] {
         log.append(&batch(&[(Some("k"), Some(value))], Codec::Snappy, 10), 0).unwrap();
         log.roll(0).unwrap();
@@ -352,7 +354,92 @@ fn a_producers_last_batch_stays_empty_so_a_retry_of_it_is_known_after_a_crash() 
     log.append(&from(7, 2, "d"), 0).unwrap();
     log.roll(0).unwrap();
     assert_eq!(compact(&mut log, 100), 1);
-    assert_eq!(stored_batches(&log, 0), vec![(2, 0, 0, 8)]);
-    assert_eq!(stored_batches(&log, 3), vec![(3, 1, 1, 7)]);
+    // The two segments, small, are now one.
+    assert_eq!(stored_batches(&log, 0), vec![(2, 0, 0, 8), (3, 1, 1, 7)]);
     assert_eq!(consume(&log, 0), vec![kv(3, "k", "d")]);
+}
+
+#[test]
+fn small_segments_are_merged_up_to_segment_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let one = batch(&[(Some("k0"), Some("v"))], Codec::None, 10).len() as u64;
+    // Room for three one-record segments in one.
+    let cfg = LogConfig { segment_bytes: 3 * one, ..config() };
+    let mut log = PartitionLog::create(&files(), &path, cfg, 0);
+    for k in 0..7 {
+        log.append(&batch(&[(Some(&*format!("k{k}")), Some("v"))], Codec::None, 10), 0).unwrap();
+        log.roll(0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 8);
+    let before = consume(&log, 0);
+    assert_eq!(compact(&mut log, 100), 0);
+    // Seven sealed segments: 3 + 3 + 1, and the active one.
+    assert_eq!(log.segment_count(), 4);
+    assert_eq!(consume(&log, 0), before);
+    let on_disk = |ext: &str| {
+        let mut names: Vec<String> =
+            std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.ends_with(ext)).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        on_disk(".log"),
+        ["00000000000000000000.log", "00000000000000000003.log", "00000000000000000006.log", "00000000000000000007.log"]
+    );
+    assert!(on_disk("merges").is_empty() && on_disk(".cleaned").is_empty());
+    // A reopened log, after a crash or not, reads the same.
+    for clean in [false, true] {
+        drop(log);
+        log = PartitionLog::open(&files(), &path, cfg, clean, 0).unwrap().0;
+        assert_eq!(log.segment_count(), 4);
+        assert_eq!(consume(&log, 0), before);
+    }
+}
+
+#[test]
+fn a_merge_cut_short_by_a_crash_is_finished_or_undone_at_open() {
+    let cfg = |segment_bytes| LogConfig { segment_bytes, ..config() };
+    let fill = |path: &std::path::Path| {
+        let mut log = PartitionLog::create(&files(), path, cfg(1 << 20), 0);
+        for value in ["1", "2", "3"] {
+            log.append(&batch(&[(Some("k"), Some(value)), (Some(value), Some("x"))], Codec::None, 10), 0).unwrap();
+            log.roll(0).unwrap();
+        }
+        log
+    };
+    let expected = vec![kv(1, "1", "x"), kv(3, "2", "x"), kv(4, "k", "3"), kv(5, "3", "x")];
+
+    // Stopped after the journal, before the rename: the segments stay as they were.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let log = fill(&path);
+    let before = consume(&log, 0);
+    let cleaned = log.cleaner_plan(100).unwrap().run().unwrap();
+    assert_eq!(cleaned.rewritten.len(), 1);
+    std::fs::write(path.join(super::MERGE_JOURNAL), "0 6\n").unwrap();
+    drop(log);
+    let log = PartitionLog::open(&files(), &path, cfg(1 << 20), false, 0).unwrap().0;
+    assert_eq!(log.segment_count(), 4);
+    assert_eq!(consume(&log, 0), before);
+    assert!(!path.join(super::MERGE_JOURNAL).exists());
+
+    // Stopped after the rename, before the segments it replaced were deleted: they go at open.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = fill(&path);
+    let replaced: Vec<(String, Vec<u8>)> = ["00000000000000000002.log", "00000000000000000004.log"]
+        .iter()
+        .map(|name| (name.to_string(), std::fs::read(path.join(name)).unwrap()))
+        .collect();
+    compact(&mut log, 100);
+    assert_eq!(consume(&log, 0), expected);
+    drop(log);
+    for (name, bytes) in &replaced {
+        std::fs::write(path.join(name), bytes).unwrap();
+    }
+    std::fs::write(path.join(super::MERGE_JOURNAL), "0 6\n").unwrap();
+    let log = PartitionLog::open(&files(), &path, cfg(1 << 20), false, 0).unwrap().0;
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(consume(&log, 0), expected);
 }
