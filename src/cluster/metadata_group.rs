@@ -420,13 +420,7 @@ fn local_count(node: &Node, topic: &Topic) -> usize {
 /// created is logged and left out: produce and fetch to it then fail, and the node's other topics
 /// carry on.
 async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range<i32>) {
-    let mut by_shard: BTreeMap<ShardId, Vec<i32>> = BTreeMap::new();
-    for index in range {
-        if let Some(meta) = topic.partition(index).filter(|meta| meta.leader == node.node_id) {
-            by_shard.entry(meta.shard).or_default().push(index);
-        }
-    }
-    let jobs = by_shard.into_iter().map(|(shard, indexes)| {
+    let jobs = local_by_shard(node, topic, range).into_iter().map(|(shard, indexes)| {
         let owned = topic.clone();
         node.mesh.run_on(shard, move |owner| async move {
             let mut failed = Vec::new();
@@ -449,6 +443,17 @@ async fn open_local(node: &Arc<Node>, topic: &Arc<Topic>, range: std::ops::Range
     }
 }
 
+/// The partitions of `topic` in `range` that this node holds, by the shard that owns each.
+fn local_by_shard(node: &Node, topic: &Topic, range: std::ops::Range<i32>) -> BTreeMap<ShardId, Vec<i32>> {
+    let mut by_shard: BTreeMap<ShardId, Vec<i32>> = BTreeMap::new();
+    for index in range {
+        if let Some(meta) = topic.partition(index).filter(|meta| meta.leader == node.node_id) {
+            by_shard.entry(meta.shard).or_default().push(index);
+        }
+    }
+    by_shard
+}
+
 /// Partitions a shard creates between two turns of serving its connections.
 const CREATE_BATCH: usize = 256;
 
@@ -456,11 +461,8 @@ const CREATE_BATCH: usize = 256;
 /// Retention and segment rolls follow at once; a new index interval applies from the next segment.
 async fn reconfigure_local(node: &Arc<Node>, topic: &Arc<Topic>) {
     let config = topic.config.log_config(&node.config.topics.defaults, &node.config.storage);
-    let mut by_shard: BTreeMap<ShardId, Vec<i32>> = BTreeMap::new();
-    for (index, meta) in topic.partitions.iter().enumerate().filter(|(_, meta)| meta.leader == node.node_id) {
-        by_shard.entry(meta.shard).or_default().push(index as i32);
-    }
-    let jobs = by_shard.into_iter().map(|(shard, indexes)| {
+    let all = 0..topic.partitions.len() as i32;
+    let jobs = local_by_shard(node, topic, all).into_iter().map(|(shard, indexes)| {
         let (id, config) = (topic.id, config);
         node.mesh.run_on(shard, move |owner| async move {
             for index in indexes {
