@@ -48,6 +48,8 @@ pub struct Node {
     pub sasl: Option<Arc<crate::security::sasl::SaslServer>>,
     /// HTTPS on the admin listener and toward the other nodes' (`admin.tls`).
     pub admin_tls: Option<crate::security::tls::NodeTls>,
+    /// The bearer token the admin listener asks for, and sends to the other nodes'.
+    pub(crate) admin_token: Option<Arc<crate::security::admin_token::AdminToken>>,
     /// Who may do what (`[authorization]`).
     pub authorizer: crate::security::acl::Authorizer,
     /// Clients' usage against their quotas (`[quotas]`).

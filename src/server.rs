@@ -111,7 +111,7 @@ impl Server {
             bound.push(addr);
         }
         let kafka_addr = bound[0];
-        let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls } =
+        let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls, admin_token } =
             crate::security::listeners(&config, &bound, crate::security::kernel_tls::for_config(&config))?;
         let authorizer = crate::security::acl::Authorizer::new(&config.authorization);
         let quotas = crate::security::quota::Quotas::new(&config.quotas);
@@ -197,6 +197,7 @@ impl Server {
             listeners,
             sasl,
             admin_tls,
+            admin_token,
             authorizer,
             quotas,
             peers: Arc::new(peers),

@@ -14,15 +14,23 @@ use tokio_rustls::TlsConnector;
 /// The largest body read back (a group's details with every offset of a large group fit).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// `GET http://{addr}{path}`, or `https://` with `tls`: the status and the body, or why there is
-/// none.
-pub(crate) async fn get(addr: &str, path: &str, tls: Option<&TlsConnector>, timeout: Duration) -> Result<(StatusCode, Bytes), String> {
-    tokio::time::timeout(timeout, exchange(addr, path, tls)).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+/// How a request to an admin listener is sent: over TLS or not, with a bearer token or not.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Access<'a> {
+    pub(crate) tls: Option<&'a TlsConnector>,
+    /// The `Authorization` header's value.
+    pub(crate) authorization: Option<&'a str>,
 }
 
-async fn exchange(addr: &str, path: &str, tls: Option<&TlsConnector>) -> Result<(StatusCode, Bytes), String> {
+/// `GET http://{addr}{path}`, or `https://` with TLS: the status and the body, or why there is
+/// none.
+pub(crate) async fn get(addr: &str, path: &str, access: Access<'_>, timeout: Duration) -> Result<(StatusCode, Bytes), String> {
+    tokio::time::timeout(timeout, exchange(addr, path, access)).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+}
+
+async fn exchange(addr: &str, path: &str, access: Access<'_>) -> Result<(StatusCode, Bytes), String> {
     let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let mut sender = match tls {
+    let mut sender = match access.tls {
         None => handshake(stream, addr).await?,
         Some(tls) => {
             let (host, _) = crate::config::parse_host_port(addr)?;
@@ -31,8 +39,11 @@ async fn exchange(addr: &str, path: &str, tls: Option<&TlsConnector>) -> Result<
             handshake(stream, addr).await?
         }
     };
-    let request =
-        Request::get(path).header(hyper::header::HOST, addr).body(Empty::<Bytes>::new()).map_err(|e| format!("bad request {path}: {e}"))?;
+    let mut request = Request::get(path).header(hyper::header::HOST, addr);
+    if let Some(authorization) = access.authorization {
+        request = request.header(hyper::header::AUTHORIZATION, authorization);
+    }
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| format!("bad request {path}: {e}"))?;
     let response = sender.send_request(request).await.map_err(|e| format!("{addr}: {e}"))?;
     let status = response.status();
     let body = Limited::new(response.into_body(), MAX_BODY_BYTES).collect().await.map_err(|e| format!("{addr}: {e}"))?.to_bytes();

@@ -158,8 +158,10 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
 
 /// Asks another node's admin listener; its JSON answer.
 async fn ask(node: &Node, admin: &str, path: &str) -> Result<(StatusCode, Value), String> {
-    let tls = node.admin_tls.as_ref().and_then(|t| t.connector.as_ref());
-    let (status, body) = super::client::get(admin, path, tls, PEER_TIMEOUT).await?;
+    let authorization = node.admin_token.as_ref().map(|token| token.header());
+    let access =
+        super::client::Access { tls: node.admin_tls.as_ref().and_then(|t| t.connector.as_ref()), authorization: authorization.as_deref() };
+    let (status, body) = super::client::get(admin, path, access, PEER_TIMEOUT).await?;
     let body = serde_json::from_slice(&body).map_err(|e| format!("{admin} answered {status} with no JSON: {e}"))?;
     Ok((status, body))
 }

@@ -8,6 +8,9 @@
 //!   the scrape (`group_metrics.rs`, `raft_metrics.rs`).
 //! - `GET /v1/groups`, `GET /v1/groups/{id}`: JSON (`groups.rs`).
 //! - `GET /`: the groups page (`page.html`), which reads the groups API.
+//!
+//! With `admin.bearer_token_file`, every request but the health probes and the page (which holds
+//! no data) must carry `Authorization: Bearer <token>`; without it the answer is 401.
 
 pub(crate) mod client;
 mod group_metrics;
@@ -108,6 +111,16 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: Option<Promethe
         _ => groups::Scope::Cluster,
     };
     let path = req.uri().path();
+    let open = matches!(path, "/health/live" | "/health/ready" | "/");
+    if let Some(token) = node.admin_token.as_ref().filter(|_| !open) {
+        if !token.admits(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
+            let mut response = reply(StatusCode::UNAUTHORIZED, TEXT, "a bearer token is required (admin.bearer_token_file)\n".into())?;
+            response
+                .headers_mut()
+                .insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer realm=\"corral\""));
+            return Ok(response);
+        }
+    }
     if let Some(id) = path.strip_prefix("/v1/groups/") {
         let (status, body) = match percent_encoding::percent_decode_str(id).decode_utf8() {
             Ok(id) if !id.is_empty() => groups::describe(node, id.into_owned(), scope).await,

@@ -25,6 +25,9 @@ pub struct GroupsArgs {
     pub cert_file: Option<std::path::PathBuf>,
     #[arg(long, global = true, requires = "cert_file")]
     pub key_file: Option<std::path::PathBuf>,
+    /// A file holding the node's bearer token (`admin.bearer_token_file`).
+    #[arg(long, global = true)]
+    pub token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: GroupsCommand,
 }
@@ -74,11 +77,22 @@ pub fn run(args: GroupsArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let authorization = match &args.token_file {
+        None => None,
+        Some(path) => match crate::security::admin_token::AdminToken::load(path.clone()) {
+            Ok(token) => Some(token.header()),
+            Err((_, reason)) => {
+                eprintln!("corral: --token-file: {reason}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let access = crate::admin::client::Access { tls: tls.as_ref(), authorization: authorization.as_deref() };
     let answer = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-        .and_then(|rt| rt.block_on(crate::admin::client::get(&args.admin, &path, tls.as_ref(), TIMEOUT)));
+        .and_then(|rt| rt.block_on(crate::admin::client::get(&args.admin, &path, access, TIMEOUT)));
     let (status, body) = match answer {
         Ok(a) => a,
         Err(e) => {

@@ -140,6 +140,9 @@ pub struct AdminConfig {
     pub tls: bool,
     /// Whether HTTPS clients must present a certificate signed by `tls.ca_file`.
     pub client_auth: ClientAuth,
+    /// A file holding the token every request but the health probes must bear
+    /// (`Authorization: Bearer ...`); none: no token asked for.
+    pub bearer_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -357,6 +360,7 @@ impl Default for AdminConfig {
             rebalance_storm_window_minutes: 10,
             tls: false,
             client_auth: Default::default(),
+            bearer_token_file: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! it, a TLS connection's session is then handed to the kernel ([`kernel_tls`]).
 
 pub mod acl;
+pub(crate) mod admin_token;
 pub mod credentials;
 pub(crate) mod kernel_tls;
 pub mod quota;
@@ -72,6 +73,8 @@ pub(crate) struct NodeSecurity {
     pub(crate) raft_tls: Option<tls::NodeTls>,
     /// HTTPS on the admin listener, and toward other nodes' (`admin.tls`).
     pub(crate) admin_tls: Option<tls::NodeTls>,
+    /// The bearer token of the admin listener (`admin.bearer_token_file`).
+    pub(crate) admin_token: Option<Arc<admin_token::AdminToken>>,
 }
 
 /// Reads the certificate, key and credential files the listeners need, as a start would: what
@@ -100,6 +103,7 @@ pub(crate) fn listeners(
     };
     let raft_tls = node_tls(config.cluster.tls && config.cluster.is_multi_node(), crate::config::ClientAuth::Required)?;
     let admin_tls = node_tls(config.admin.tls, config.admin.client_auth)?;
+    let admin_token = admin_token::for_config(config).map_err(|(key, reason)| crate::config::invalid(key, reason))?;
     let sasl = match configs.iter().any(|l| l.protocol.uses_sasl()) {
         true => Some(Arc::new(sasl::SaslServer::new(&config.sasl)?)),
         false => None,
@@ -115,5 +119,5 @@ pub(crate) fn listeners(
         };
         listeners.push(Arc::new(Listener { index, name: l.name.clone(), protocol: l.protocol, bound, tls, kernel_tls }));
     }
-    Ok(NodeSecurity { listeners, sasl, raft_tls, admin_tls })
+    Ok(NodeSecurity { listeners, sasl, raft_tls, admin_tls, admin_token })
 }
