@@ -311,10 +311,10 @@ pub fn payload(batch: &[u8]) -> Result<(BatchHeader, bytes::Bytes), BatchError> 
     Ok((header, crate::decompress::decompress(data, header.compression()?, header.records_count)?))
 }
 
-/// The index of the first record without a key, if any: a compacted topic refuses the batch.
-pub fn first_record_without_key(batch: &[u8]) -> Result<Option<usize>, BatchError> {
+/// The indexes of the records without a key: a compacted topic refuses a batch that has one.
+pub fn records_without_key(batch: &[u8]) -> Result<Vec<usize>, BatchError> {
     let (header, payload) = payload(batch)?;
-    Ok(records(&header, &payload)?.iter().position(|r| r.key.is_none()))
+    Ok(records(&header, &payload)?.iter().enumerate().filter(|(_, r)| r.key.is_none()).map(|(i, _)| i).collect())
 }
 
 fn read_nullable_bytes<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::TopicProduceData;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -96,7 +96,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
                             .with_index(index)
                             .with_base_offset(at.base_offset)
                             .with_log_start_offset(at.log_start_offset),
-                        Some(Err(e)) => failed(index, e.code(), Some(e.to_string())),
+                        Some(Err(e)) => failed(index, e.code(), Some(e.to_string())).with_record_errors(record_errors(&e)),
                         None => failed(index, ResponseError::UnknownServerError, None),
                     },
                 })
@@ -119,6 +119,14 @@ fn failed(index: i32, code: ResponseError, message: Option<String>) -> Partition
         .with_error_code(code.code())
         .with_base_offset(-1)
         .with_error_message(message.map(StrBytes::from_string))
+}
+
+/// The records of a batch refused one by one, as Produce v8+ names them (KIP-467).
+fn record_errors(e: &crate::store::StoreError) -> Vec<BatchIndexAndErrorMessage> {
+    let errors = e.record_errors().into_iter();
+    errors
+        .map(|(i, why)| BatchIndexAndErrorMessage::default().with_batch_index(i).with_batch_index_error_message(Some(why.into())))
+        .collect()
 }
 
 /// Produce v3+ carries exactly one v2 record batch per partition (as Kafka requires).

@@ -21,15 +21,41 @@ pub enum StorageError {
     Transactional,
     #[error("clients may not write control batches")]
     ControlBatch,
-    /// Kafka's wording.
-    #[error("Compacted topic cannot accept message without key in topic partition {partition}")]
-    NoKey { partition: String },
+    /// Records without a key, by their index in the batch (each also in the response's
+    /// `record_errors`, KIP-467).
+    #[error("{}", no_key_message(partition, records))]
+    NoKey { partition: String, records: Vec<usize> },
     /// DeleteRecords on a topic whose cleanup.policy has no "delete" (Kafka's wording).
     #[error("Records of partition {partition} can not be deleted due to the configured policy")]
     DeleteNotAllowed { partition: String },
 }
 
+/// Each record refused for having no key: its index in the batch, and why (Kafka's wording).
+fn no_key_errors(partition: &str, records: &[usize]) -> Vec<(i32, String)> {
+    let why = format!("Compacted topic cannot accept message without key in topic partition {partition}");
+    records.iter().map(|&i| (i as i32, why.clone())).collect()
+}
+
+/// The error message of a batch with records without a key: the first three, as Kafka writes it.
+fn no_key_message(partition: &str, records: &[usize]) -> String {
+    let errors = no_key_errors(partition, records);
+    let first: Vec<String> = errors.iter().take(3).map(|(i, why)| format!("RecordError(batchIndex={i}, message='{why}')")).collect();
+    format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+        errors.len(),
+        first.join(", ")
+    )
+}
+
 impl StorageError {
+    /// The records of the batch that were refused, for the response's `record_errors`.
+    pub fn record_errors(&self) -> Vec<(i32, String)> {
+        match self {
+            StorageError::NoKey { partition, records } => no_key_errors(partition, records),
+            _ => Vec::new(),
+        }
+    }
+
     /// The Kafka error code a client receives for this error.
     pub fn error_code(&self) -> ResponseError {
         match self {

@@ -316,8 +316,11 @@ impl PartitionLog {
         if header.is_transactional() {
             return Err(StorageError::Transactional);
         }
-        if self.config.cleanup.compact && record_batch::first_record_without_key(batch)?.is_some() {
-            return Err(StorageError::NoKey { partition: self.partition_name() });
+        if self.config.cleanup.compact {
+            let records = record_batch::records_without_key(batch)?;
+            if !records.is_empty() {
+                return Err(StorageError::NoKey { partition: self.partition_name(), records });
+            }
         }
         if header.has_producer_id() {
             if let SequenceCheck::Duplicate { base_offset } = self.producers.check(&header)? {

@@ -188,14 +188,24 @@ pub enum StoreError {
     Unavailable(&'static str),
     #[error("{0}")]
     Failed(&'static str),
-    /// The upstream's own error for the partition.
+    /// The upstream's own error for the partition; for a produce, the records it refused one by
+    /// one (KIP-467), passed on to the client.
     #[error("upstream error {code}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
-    Upstream { code: i16, message: Option<String> },
+    Upstream { code: i16, message: Option<String>, record_errors: Vec<(i32, String)> },
     #[error(transparent)]
     UpstreamUnavailable(#[from] crate::upstream::UpstreamError),
 }
 
 impl StoreError {
+    /// The records of a batch refused one by one (KIP-467): index and why.
+    pub fn record_errors(&self) -> Vec<(i32, String)> {
+        match self {
+            StoreError::Storage(e) => e.record_errors(),
+            StoreError::Upstream { record_errors, .. } => record_errors.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn code(&self) -> ResponseError {
         match self {
             StoreError::NotLeader { .. } => ResponseError::NotLeaderOrFollower,

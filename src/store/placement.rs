@@ -36,7 +36,11 @@ pub fn locate_in_front(
     }
     match upstream_leader() {
         Some(leader) if leader >= 0 => Ok(Location::Upstream(leader)),
-        Some(_) => Err(StoreError::Upstream { code: kafka_protocol::ResponseError::LeaderNotAvailable.code(), message: None }),
+        Some(_) => Err(StoreError::Upstream {
+            code: kafka_protocol::ResponseError::LeaderNotAvailable.code(),
+            message: None,
+            record_errors: Vec::new(),
+        }),
         None => Err(StoreError::UnknownPartition),
     }
 }

@@ -194,6 +194,13 @@ def produce_v3(correlation_id: int, topic: str, partition: int, batch: bytes, ac
     return request(API_PRODUCE, 3, correlation_id, body)
 
 
+def produce_v8(correlation_id: int, topic: str, partition: int, batch: bytes, acks: int = -1, timeout_ms: int = 10000) -> bytes:
+    """Produce v8 (KIP-467: the response names each rejected record); the body is v3's."""
+    body = string(None) + i16(acks) + i32(timeout_ms)
+    body += array([string(topic) + array([i32(partition) + nbytes(batch)])])
+    return request(API_PRODUCE, 8, correlation_id, body)
+
+
 def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, max_wait_ms: int = 100) -> bytes:
     body = i32(-1) + i32(max_wait_ms) + i32(1) + i32(1 << 20) + i8(0)
     body += array([string(topic) + array([i32(partition) + i64(offset) + i32(1 << 20)])])
@@ -311,6 +318,18 @@ def parse_metadata_v0(frame: bytes) -> tuple[int, list[tuple[int, str, int]], di
 
 def parse_produce_v3(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int, int]]]:
     """(correlation id, {(topic, partition): (error code, base offset)})."""
+    corr, partitions = _parse_produce(frame, 3)
+    return corr, {key: (err, base) for key, (err, base, _, _) in partitions.items()}
+
+
+def parse_produce_v8(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int, int, list[tuple[int, str | None]], str | None]]]:
+    """(correlation id, {(topic, partition): (error code, base offset, record errors as
+    (batch index, message), error message)})."""
+    return _parse_produce(frame, 8)
+
+
+def _parse_produce(frame: bytes, version: int):
+    """A Produce response of v3 (no log start offset, no record errors) or v8."""
     r = Reader(frame)
     corr = r.take("i")
     out = {}
@@ -318,7 +337,12 @@ def parse_produce_v3(frame: bytes) -> tuple[int, dict[tuple[str, int], tuple[int
         topic = r.string()
         for _ in range(r.take("i")):
             part, err, base, _append_time = r.take("i"), r.take("h"), r.take("q"), r.take("q")
-            out[(topic, part)] = (err, base)
+            record_errors, message = [], None
+            if version >= 8:
+                _log_start = r.take("q")
+                record_errors = [(r.take("i"), r.string()) for _ in range(r.take("i"))]
+                message = r.string()
+            out[(topic, part)] = (err, base, record_errors, message)
     r.take("i")  # throttle time
     assert r.done()
     return corr, out

@@ -305,3 +305,23 @@ def test_an_old_tombstone_stays_delete_retention_ms_from_its_first_compaction(ta
     _, _, _, attributes, horizon = holding[0]
     assert attributes & DELETE_HORIZON_FLAG, holding
     assert started_ms + HOUR_MS <= horizon <= int(time.time() * 1000) + HOUR_MS, (horizon - started_ms, holding)
+
+
+def test_records_without_a_key_are_named_in_the_produce_response(target):
+    """KIP-467: a batch refused for its keyless records names each of them in `record_errors`
+    (Produce v8+), as Kafka does."""
+    topic = new_topic(target)
+    batch = kw.record_batch([(None, b"a"), (b"k", b"b"), (None, b"c")])
+    conn = kw.Conn(leader_address(target, topic))
+    try:
+        conn.send(kw.produce_v8(1, topic, 0, batch))
+        _, partitions = kw.parse_produce_v8(conn.recv_frame())
+    finally:
+        conn.close()
+    error, base_offset, record_errors, message = partitions[(topic, 0)]
+    assert (error, base_offset) == (87, -1), partitions  # INVALID_RECORD
+    assert [index for index, _ in record_errors] == [0, 2], record_errors
+    for _, why in record_errors:
+        assert why == f"Compacted topic cannot accept message without key in topic partition {topic}-0", why
+    assert message and "2 record errors" in message, message
+    assert clients.watermarks(target, topic, 0) == (0, 0)

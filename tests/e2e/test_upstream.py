@@ -367,3 +367,21 @@ def latest_offset(bootstrap: str, topic: str, isolation) -> int:
     tp = TopicPartition(topic, 0)
     futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation, request_timeout=30)
     return futures[tp].result(30).offset
+
+
+def test_records_the_upstream_refuses_are_named_to_the_client(front):
+    """A batch Kafka refuses record by record (keyless records for a compacted topic) gets Kafka's
+    `record_errors` through corral (Produce v8, KIP-467)."""
+    topic = unique("up-compacted")
+    clients.create_topic(front.bootstrap, topic, partitions=1, config={"cleanup.policy": "compact"})
+    conn = kw.Conn(front.bootstrap)
+    try:
+        conn.send(kw.produce_v8(1, topic, 0, kw.record_batch([(b"k", b"a"), (None, b"b"), (None, b"c")])))
+        _, partitions = kw.parse_produce_v8(conn.recv_frame())
+    finally:
+        conn.close()
+    error, _, record_errors, message = partitions[(topic, 0)]
+    assert error == 87, partitions  # INVALID_RECORD
+    assert [index for index, _ in record_errors] == [1, 2], record_errors
+    assert all("without key" in why for _, why in record_errors), record_errors
+    assert message and "2 record errors" in message, message

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, LocalBoxFuture};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{ApiKey, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{find_partition, note, split, upstream_error, worth_retrying, AppendPlan, Appended, Results, StoreError};
+use super::{find_partition, note, split, worth_retrying, AppendPlan, Appended, Results, StoreError};
 use crate::upstream::pool::Pool;
 use crate::upstream::{UpstreamError, UpstreamView};
 
@@ -173,7 +174,7 @@ async fn collect(
                     let result = match found {
                         None => Err(StoreError::Failed("the upstream's produce response lacks a partition")),
                         Some(p) if p.error_code == 0 => Ok(Appended { base_offset: p.base_offset, log_start_offset: p.log_start_offset }),
-                        Some(p) => Err(upstream_error(p.error_code, p.error_message.as_ref())),
+                        Some(p) => Err(produce_error(p)),
                     };
                     if let Err(e) = &result {
                         note(&pool.upstream, e);
@@ -196,6 +197,18 @@ async fn collect(
         }
     }
     retry
+}
+
+/// The upstream's error for a partition of a Produce, with the records it refused one by one
+/// (KIP-467), for the client's response.
+fn produce_error(p: &PartitionProduceResponse) -> StoreError {
+    let record_errors =
+        p.record_errors.iter().map(|r| (r.batch_index, r.batch_index_error_message.as_deref().unwrap_or_default().to_string()));
+    StoreError::Upstream {
+        code: p.error_code,
+        message: p.error_message.as_ref().map(|m| m.to_string()),
+        record_errors: record_errors.collect(),
+    }
 }
 
 /// Whether the batch carries a producer id, and so sequence numbers the upstream checks.

@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn asked_again_only_where_a_moment_later_can_answer() {
-        let code = |e: ResponseError| StoreError::Upstream { code: e.code(), message: None };
+        let code = |e: ResponseError| StoreError::Upstream { code: e.code(), message: None, record_errors: Vec::new() };
         for again in [
             code(ResponseError::NotLeaderOrFollower),
             code(ResponseError::LeaderNotAvailable),

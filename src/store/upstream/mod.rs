@@ -142,7 +142,7 @@ fn find_partition<'a, T, P>(
 
 /// A partition's error as the upstream gave it.
 fn upstream_error(code: i16, message: Option<&kafka_protocol::protocol::StrBytes>) -> StoreError {
-    StoreError::Upstream { code, message: message.map(|m| m.to_string()) }
+    StoreError::Upstream { code, message: message.map(|m| m.to_string()), record_errors: Vec::new() }
 }
 
 /// The positions of `partitions`, grouped by the upstream broker that leads each; those the view
@@ -159,7 +159,10 @@ fn split<'a>(pool: &Pool, view: &UpstreamView, partitions: impl Iterator<Item = 
         let leader = || view.partition(&p.topic.name, p.index).map(|up| up.leader);
         match placement::locate_in_front(&pool.node, p, leader) {
             Ok(Location::Upstream(broker)) if view.brokers.contains_key(&broker) => by_leader.entry(broker).or_default().push(position),
-            Ok(_) => unplaced.push((position, StoreError::Upstream { code: ResponseError::LeaderNotAvailable.code(), message: None })),
+            Ok(_) => unplaced.push((
+                position,
+                StoreError::Upstream { code: ResponseError::LeaderNotAvailable.code(), message: None, record_errors: Vec::new() },
+            )),
             Err(e) => unplaced.push((position, e)),
         }
     }

@@ -221,7 +221,9 @@ fn compacted_topics_refuse_keyless_records_and_delete_records() {
     let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
     let refused = log.append(&batch(&[(Some("a"), Some("1")), (None, Some("2"))], Codec::Gzip, 10), 0).unwrap_err();
     assert!(matches!(refused, StorageError::NoKey { .. }));
-    assert_eq!(refused.to_string(), "Compacted topic cannot accept message without key in topic partition t-0");
+    let why = "Compacted topic cannot accept message without key in topic partition t-0";
+    assert_eq!(refused.record_errors(), vec![(1, why.to_string())]);
+    assert!(refused.to_string().contains(&format!("RecordError(batchIndex=1, message='{why}')")), "{refused}");
     assert_eq!(log.log_end_offset(), 0);
     log.append(&batch(&[(Some("a"), Some("1"))], Codec::None, 10), 0).unwrap();
     let refused = log.delete_records_before(1).unwrap_err();
