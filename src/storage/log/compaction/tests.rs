@@ -124,25 +124,6 @@ fn a_segment_left_empty_is_deleted_unless_it_is_the_first() {
 }
 
 #[test]
-fn tombstones_stay_for_delete_retention_ms() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
-    log.append(&batch(&[(Some("a"), Some("1")), (Some("b"), Some("2"))], Codec::None, 10_000), 0).unwrap();
-    log.append(&batch(&[(Some("a"), None)], Codec::None, 10_000), 0).unwrap();
-    log.roll(0).unwrap();
-    log.append(&batch(&[(Some("c"), Some("3"))], Codec::None, 10_000), 0).unwrap();
-    // Within delete.retention.ms (1 s) of the tombstone's time: it stays, a=1 goes.
-    compact(&mut log, 10_500);
-    let tombstone = (2, "a".to_string(), None);
-    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), tombstone, kv(3, "c", "3")]);
-    // Later, once more is dirty: the tombstone goes too.
-    log.roll(0).unwrap();
-    log.append(&batch(&[(Some("d"), Some("4"))], Codec::None, 20_000), 0).unwrap();
-    compact(&mut log, 20_000);
-    assert_eq!(consume(&log, 0), vec![kv(1, "b", "2"), kv(3, "c", "3"), kv(4, "d", "4")]);
-}
-
-#[test]
 fn an_old_tombstone_stays_delete_retention_ms_from_its_first_compaction() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::create(&files(), &dir.path().join("t-0"), config(), 0);
