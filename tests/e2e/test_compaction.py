@@ -312,12 +312,19 @@ def test_records_without_a_key_are_named_in_the_produce_response(target):
     (Produce v8+), as Kafka does."""
     topic = new_topic(target)
     batch = kw.record_batch([(None, b"a"), (b"k", b"b"), (None, b"c")])
-    conn = kw.Conn(leader_address(target, topic))
-    try:
-        conn.send(kw.produce_v8(1, topic, 0, batch))
-        _, partitions = kw.parse_produce_v8(conn.recv_frame())
-    finally:
-        conn.close()
+    # Kafka answers CreateTopics before its broker leads the new partition: NOT_LEADER_OR_FOLLOWER
+    # (6) or UNKNOWN_TOPIC_OR_PARTITION (3) until then.
+    deadline = time.monotonic() + T
+    for correlation in range(1, 1000):
+        conn = kw.Conn(leader_address(target, topic))
+        try:
+            conn.send(kw.produce_v8(correlation, topic, 0, batch))
+            _, partitions = kw.parse_produce_v8(conn.recv_frame())
+        finally:
+            conn.close()
+        if partitions[(topic, 0)][0] not in (3, 6) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     error, base_offset, record_errors, message = partitions[(topic, 0)]
     assert (error, base_offset) == (87, -1), partitions  # INVALID_RECORD
     assert [index for index, _ in record_errors] == [0, 2], record_errors
