@@ -312,11 +312,17 @@ def test_records_without_a_key_are_named_in_the_produce_response(target):
     (Produce v8+), as Kafka does."""
     topic = new_topic(target)
     batch = kw.record_batch([(None, b"a"), (b"k", b"b"), (None, b"c")])
-    # Kafka answers CreateTopics before its broker leads the new partition: NOT_LEADER_OR_FOLLOWER
-    # (6) or UNKNOWN_TOPIC_OR_PARTITION (3) until then.
+    # Kafka answers CreateTopics before its metadata shows the partition and its broker leads it:
+    # no leader, NOT_LEADER_OR_FOLLOWER (6) or UNKNOWN_TOPIC_OR_PARTITION (3) until then.
     deadline = time.monotonic() + T
     for correlation in range(1, 1000):
-        conn = kw.Conn(leader_address(target, topic))
+        try:
+            leader = leader_address(target, topic)
+        except KeyError:
+            assert time.monotonic() < deadline, f"no leader of {topic}-0 within {T} s"
+            time.sleep(0.2)
+            continue
+        conn = kw.Conn(leader)
         try:
             conn.send(kw.produce_v8(correlation, topic, 0, batch))
             _, partitions = kw.parse_produce_v8(conn.recv_frame())
