@@ -81,12 +81,12 @@ impl Node {
         operation: crate::security::acl::Operation,
         resource: crate::security::acl::Resource<'_>,
     ) -> bool {
-        self.authorizer.is_open() || self.authorizer.allows(&ctx.principal(), operation, resource)
+        self.authorizer.is_open() || self.authorizer.allows_from(&ctx.principal(), ctx.peer.map(|p| p.ip()), operation, resource)
     }
 
     /// `authorized_operations` of a resource for the request's principal.
     pub fn authorized_operations(&self, ctx: &crate::protocol::RequestContext, resource: crate::security::acl::Resource<'_>) -> i32 {
-        self.authorizer.operations(&ctx.principal(), resource)
+        self.authorizer.operations(&ctx.principal(), ctx.peer.map(|p| p.ip()), resource)
     }
 
     pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {

@@ -113,7 +113,7 @@ impl Server {
         let kafka_addr = bound[0];
         let crate::security::NodeSecurity { listeners, sasl, raft_tls, admin_tls, admin_token } =
             crate::security::listeners(&config, &bound, crate::security::kernel_tls::for_config(&config))?;
-        let authorizer = crate::security::acl::Authorizer::new(&config.authorization);
+        let authorizer = crate::security::acl::Authorizer::new(&config.authorization, catalog.acls.clone());
         let quotas = crate::security::quota::Quotas::new(&config.quotas);
         let admin_listener = std::net::TcpListener::bind(config.admin.listen).map_err(|source| StartError::Bind {
             key: "admin.listen",

@@ -1,7 +1,7 @@
-//! DescribeAcls (key 29): the `[authorization]` rules as Kafka's ACL bindings, for `kafka-acls
-//! --list` and the admin clients' describeAcls. The rules come from config only: CreateAcls and
-//! DeleteAcls are not served, so clients report them as unsupported rather than as done.
+//! DescribeAcls (key 29): the `[authorization]` rules as Kafka's ACL bindings, then the ACLs made
+//! with CreateAcls, for `kafka-acls --list` and the admin clients' describeAcls.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::security::acl::{BindingFilter, Operation, Resource, ALLOW};
+use crate::security::acl::{BindingFilter, Operation, Resource};
 
 /// v0 was removed by Kafka 4 (KIP-896).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeAcls, DescribeAclsRequest, 1, 3);
@@ -40,22 +40,26 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         failed(ResponseError::InvalidRequest, "The filter holds an UNKNOWN resource type, pattern type, operation or permission.")
     } else {
         let mut resources: Vec<DescribeAclsResource> = Vec::new();
-        for binding in node.authorizer.bindings().filter(|b| filter.matches(b)) {
+        // Bindings of one resource pattern are listed together, in the order first seen.
+        let mut by_pattern: HashMap<(i8, i8, String), usize> = HashMap::new();
+        for binding in node.authorizer.bindings().into_iter().filter(|b| filter.matches(b)) {
             let acl = AclDescription::default()
-                .with_principal(StrBytes::from_string(binding.principal.to_string()))
-                .with_host(StrBytes::from_static_str("*"))
-                .with_operation(binding.operation as i8)
-                .with_permission_type(ALLOW);
-            let (kind, pattern) = (binding.resource_type.code(), binding.pattern as i8);
-            match resources.iter_mut().find(|r| r.resource_type == kind && r.pattern_type == pattern && *r.resource_name == *binding.name) {
-                Some(resource) => resource.acls.push(acl),
-                None => resources.push(
-                    DescribeAclsResource::default()
-                        .with_resource_type(kind)
-                        .with_resource_name(StrBytes::from_string(binding.name.to_string()))
-                        .with_pattern_type(pattern)
-                        .with_acls(vec![acl]),
-                ),
+                .with_principal(StrBytes::from_string(binding.principal))
+                .with_host(StrBytes::from_string(binding.host))
+                .with_operation(binding.operation)
+                .with_permission_type(binding.permission);
+            let key = (binding.resource_type, binding.pattern, binding.name);
+            match by_pattern.get(&key) {
+                Some(&at) => resources[at].acls.push(acl),
+                None => {
+                    let resource = DescribeAclsResource::default()
+                        .with_resource_type(key.0)
+                        .with_resource_name(StrBytes::from_string(key.2.clone()))
+                        .with_pattern_type(key.1)
+                        .with_acls(vec![acl]);
+                    by_pattern.insert(key, resources.len());
+                    resources.push(resource);
+                }
             }
         }
         DescribeAclsResponse::default().with_resources(resources)

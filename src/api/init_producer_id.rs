@@ -47,7 +47,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
 fn may_write_idempotently(node: &crate::node::Node, ctx: &RequestContext) -> bool {
     let principal = ctx.principal();
     node.allows(ctx, Operation::IdempotentWrite, Resource::Cluster)
-        || node.authorizer.allows_some(&principal, Operation::Write, ResourceType::Topic)
+        || node.authorizer.allows_some(&principal, ctx.peer.map(|p| p.ip()), Operation::Write, ResourceType::Topic)
 }
 
 /// As Kafka answers when its broker has no block yet: retriable while the metadata group

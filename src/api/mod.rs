@@ -25,8 +25,10 @@ mod api_versions;
 mod config_changes;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
+mod create_acls;
 mod create_partitions;
 mod create_topics;
+mod delete_acls;
 mod delete_groups;
 mod delete_records;
 mod delete_topics;
@@ -139,6 +141,8 @@ pub(crate) const TABLE: &[ApiEntry] = &[
     delete_groups::ENTRY,
     offset_delete::ENTRY,
     describe_acls::ENTRY,
+    create_acls::ENTRY,
+    delete_acls::ENTRY,
     describe_log_dirs::ENTRY,
     delete_records::ENTRY,
     describe_cluster::ENTRY,

@@ -22,6 +22,7 @@ use super::topic_config::TopicConfig;
 use crate::coordinator::consumer_group::{GroupOverrides, SharedGroupOverrides};
 use crate::raft::{LogId, StoredMembership};
 use crate::runtime::ShardId;
+use crate::security::acl::{AclBinding, Acls};
 use crate::storage::log::write_atomically;
 
 /// One partition's routing facts.
@@ -87,16 +88,21 @@ struct StoredCatalog {
     /// Absent in files written before groups had configs of their own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     group_configs: BTreeMap<String, GroupOverrides>,
+    /// Absent in files written before CreateAcls was served.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    acls: Vec<AclBinding>,
 }
 
-/// What a metadata-group snapshot holds: the replicated topics, the producer-id blocks and the
-/// groups' own configs.
+/// What a metadata-group snapshot holds: the replicated topics, the producer-id blocks, the
+/// groups' own configs and the ACLs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CatalogSnapshotData {
     pub topics: Vec<StoredTopic>,
     pub producer_ids: ProducerIdBlocks,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub group_configs: BTreeMap<String, GroupOverrides>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<AclBinding>,
 }
 
 impl CatalogSnapshotData {
@@ -105,7 +111,12 @@ impl CatalogSnapshotData {
         let value: serde_json::Value = serde_json::from_slice(bytes)?;
         if value.is_array() {
             let topics = serde_json::from_value(value)?;
-            return Ok(CatalogSnapshotData { topics, producer_ids: ProducerIdBlocks::default(), group_configs: BTreeMap::new() });
+            return Ok(CatalogSnapshotData {
+                topics,
+                producer_ids: ProducerIdBlocks::default(),
+                group_configs: BTreeMap::new(),
+                acls: Vec::new(),
+            });
         }
         serde_json::from_value(value)
     }
@@ -125,6 +136,7 @@ impl StoredCatalog {
                 topics,
                 producer_ids: Default::default(),
                 group_configs: BTreeMap::new(),
+                acls: Vec::new(),
             });
         }
         serde_json::from_value(value)
@@ -150,6 +162,8 @@ pub struct Catalog {
     pub producer_ids: ReplicatedProducerIds,
     /// Groups' own configs, set through the metadata group; the coordinators read them.
     pub group_configs: SharedGroupOverrides,
+    /// The ACLs made with CreateAcls; the authorizer reads them.
+    pub acls: Arc<Acls>,
 }
 
 impl Catalog {
@@ -165,10 +179,11 @@ impl Catalog {
                 topics: Vec::new(),
                 producer_ids: Default::default(),
                 group_configs: BTreeMap::new(),
+                acls: Vec::new(),
             },
             Err(e) => return Err(e),
         };
-        let StoredCatalog { applied, membership, topics, producer_ids, group_configs } = stored;
+        let StoredCatalog { applied, membership, topics, producer_ids, group_configs, acls } = stored;
         let applied = (applied, membership);
         let catalog = Catalog {
             by_name: DashMap::new(),
@@ -181,6 +196,7 @@ impl Catalog {
             version: AtomicU64::new(0),
             producer_ids: ReplicatedProducerIds(Mutex::new(producer_ids)),
             group_configs: SharedGroupOverrides::default(),
+            acls: Arc::new(Acls::new(acls)),
         };
         for (group, overrides) in group_configs {
             catalog.group_configs.set(&group, overrides);
@@ -297,7 +313,12 @@ impl Catalog {
 
     /// What a metadata-group snapshot holds.
     pub fn snapshot(&self) -> CatalogSnapshotData {
-        CatalogSnapshotData { topics: self.replicated(), producer_ids: self.producer_ids.get(), group_configs: self.group_configs.all() }
+        CatalogSnapshotData {
+            topics: self.replicated(),
+            producer_ids: self.producer_ids.get(),
+            group_configs: self.group_configs.all(),
+            acls: self.acls.all().as_ref().clone(),
+        }
     }
 
     /// The replicated topics (every one but `__consumer_offsets`), sorted by name.
@@ -331,6 +352,7 @@ impl Catalog {
             topics: self.stored(),
             producer_ids: self.producer_ids.get(),
             group_configs: self.group_configs.all(),
+            acls: self.acls.all().as_ref().clone(),
         };
         let bytes = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
         write_atomically(&self.path, &bytes)
@@ -422,6 +444,16 @@ mod tests {
         assert_eq!(grown.partitions[0].shard, t.partitions[0].shard);
         catalog.publish(grown);
         catalog.unpublish(&b);
+        let acl = crate::security::acl::AclBinding {
+            resource_type: 2,
+            name: "orders".into(),
+            pattern: 3,
+            principal: "User:bob".into(),
+            host: "*".into(),
+            operation: 3,
+            permission: 3,
+        };
+        catalog.acls.add(std::slice::from_ref(&acl));
         let applied = LogId::new(openraft::CommittedLeaderId::new(3, 1), 17);
         let members = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("h:1"))]);
         let membership = StoredMembership::new(Some(applied), openraft::Membership::from(members));
@@ -435,6 +467,8 @@ mod tests {
         assert_eq!(a.placement(), vec![1, 2, 3, 1, 2]);
         assert_eq!(a.config, cfg);
         assert!(again.get_by_id(t.id).is_some());
+        assert_eq!(*again.acls.all(), vec![acl.clone()]);
+        assert_eq!(again.snapshot().acls, vec![acl]);
         for p in 0..5 {
             assert_eq!(a.partitions[p as usize].shard, shard_for(t.id, p, 2));
         }

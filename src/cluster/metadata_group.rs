@@ -1,5 +1,5 @@
 //! The metadata Raft group: the cluster's topics, their configs and the node each partition is
-//! placed on, and the blocks of producer ids handed to each node.
+//! placed on, the blocks of producer ids handed to each node, groups' own configs and the ACLs.
 //!
 //! One group of every node, hosted on shard [`METADATA_SHARD`]. A topic request on any node is
 //! checked against that node's catalog, then proposed as a [`TopicChange`]: written by the
@@ -33,6 +33,7 @@ use crate::node::Node;
 use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
 use crate::runtime::{Shard, ShardId};
+use crate::security::acl::AclBinding;
 
 pub use crate::raft::METADATA_GROUP;
 /// The shard that hosts the metadata group.
@@ -75,6 +76,14 @@ pub enum TopicChange {
         group: String,
         config: GroupOverrides,
     },
+    /// ACLs made (CreateAcls); those held already stay as they are.
+    CreateAcls {
+        acls: Vec<AclBinding>,
+    },
+    /// ACLs removed (DeleteAcls): the ones its filters matched on the node that proposed it.
+    DeleteAcls {
+        acls: Vec<AclBinding>,
+    },
 }
 
 impl TopicChange {
@@ -99,6 +108,8 @@ impl TopicChange {
             TopicChange::Configure { config, .. } => return config.validate().map_err(|e| e.to_string()),
             TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
             TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
+            TopicChange::CreateAcls { acls } => return acls.iter().try_for_each(AclBinding::validate),
+            TopicChange::DeleteAcls { .. } => return Ok(()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
             TopicChange::AllocateProducerIds { node } => {
                 return Err(format!("producer ids for node {node}, which is not in [cluster] nodes"))
@@ -132,7 +143,10 @@ impl TopicChange {
             | TopicChange::AddPartitions { id, .. }
             | TopicChange::Delete { id }
             | TopicChange::Configure { id, .. } => Some(*id),
-            TopicChange::AllocateProducerIds { .. } | TopicChange::ConfigureGroup { .. } => None,
+            TopicChange::AllocateProducerIds { .. }
+            | TopicChange::ConfigureGroup { .. }
+            | TopicChange::CreateAcls { .. }
+            | TopicChange::DeleteAcls { .. } => None,
         }
     }
 }
@@ -264,6 +278,10 @@ impl MetadataGroup {
     /// applied here. What does not decode (it may come from a peer) is refused before it reaches
     /// the log.
     pub async fn write(&self, change: Bytes) -> Result<LogId, WriteError> {
+        if change.len() > crate::raft::MAX_COMMAND_BYTES {
+            let limit = crate::raft::MAX_COMMAND_BYTES;
+            return Err(WriteError::Failed(format!("the change takes {} bytes, more than the {limit} one entry may", change.len())));
+        }
         let decoded = TopicChange::decode(&change).map_err(WriteError::Failed)?;
         decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
         // A new topic meets today's minimums too (entries already in the log are only validated).
@@ -407,6 +425,14 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
         TopicChange::ConfigureGroup { group, config } => {
             catalog.group_configs.set(&group, config);
             tracing::info!(%group, ?config, "changed group configs");
+        }
+        TopicChange::CreateAcls { acls } => {
+            catalog.acls.add(&acls);
+            tracing::info!(?acls, "created ACLs");
+        }
+        TopicChange::DeleteAcls { acls } => {
+            catalog.acls.remove(&acls);
+            tracing::info!(?acls, "deleted ACLs");
         }
     }
 }
@@ -604,6 +630,7 @@ impl RaftStateMachine<TypeConfig> for MetadataStateMachine {
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e.to_string())))?;
         self.node.catalog.producer_ids.replace(wanted.producer_ids);
         self.node.catalog.group_configs.replace(wanted.group_configs);
+        self.node.catalog.acls.replace(wanted.acls);
         install(&self.node, &wanted.topics, meta).await.map_err(sm_error)?;
         self.current = Some((meta.clone(), Rc::new(data)));
         Ok(())

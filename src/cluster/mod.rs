@@ -5,6 +5,7 @@
 //! ([`metadata_group`]); every node applies it, opening or closing the partitions placed on it on
 //! the shards that own them.
 
+pub mod acls;
 pub mod catalog;
 pub mod group_config;
 pub mod metadata_group;

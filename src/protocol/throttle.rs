@@ -50,6 +50,8 @@ pub fn leads_body(api: ApiKey, version: i16) -> bool {
         CreatePartitions => CreatePartitionsResponse,
         DescribeCluster => DescribeClusterResponse,
         DescribeAcls => DescribeAclsResponse,
+        CreateAcls => CreateAclsResponse,
+        DeleteAcls => DeleteAclsResponse,
         DeleteRecords => DeleteRecordsResponse,
         DescribeLogDirs => DescribeLogDirsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,

@@ -287,7 +287,7 @@ mod tests {
         let config: AuthorizationConfig =
             toml::from_str(r#"rules = [{ principal = "User:alice", resource = "topic", prefix = "payments.", operations = ["read"] }]"#)
                 .unwrap();
-        let authorizer = Authorizer::new(&config);
+        let authorizer = Authorizer::new(&config, Default::default());
         let alice = Principal::user("alice");
         let view = Describable { topics: &Topics, viewer: Some((&authorizer, &alice)) };
         assert_eq!(view.names(), vec!["payments.in".to_string()]);

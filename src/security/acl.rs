@@ -5,9 +5,17 @@
 //! DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS; ALL is everything.
 //! With no rules and no super users every request is allowed, as before authorization existed.
 //!
+//! Besides the rules, the ACLs made with CreateAcls ([`Acls`], kept in the metadata group): ALLOW
+//! or DENY, for one principal from one host or any, as Kafka's authorizer applies them. A DENY
+//! wins over every ALLOW, a rule's too; super users pass all the same.
+//!
 //! `__consumer_offsets` holds every group's members, client ids and hosts: it may be read and
 //! described only by principals allowed to describe every group (a group rule with an empty
 //! prefix), and written, altered or deleted by no one but super users.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
 
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
@@ -15,11 +23,7 @@ pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceT
 impl Operation {
     /// Whether holding `self` grants `wanted`.
     fn grants(self, wanted: Operation) -> bool {
-        use Operation::*;
-        self == wanted
-            || self == All
-            || (wanted == Describe && matches!(self, Read | Write | Delete | Alter))
-            || (wanted == DescribeConfigs && self == AlterConfigs)
+        grants(self as i8, wanted)
     }
 
     /// The operations `__consumer_offsets` allows to whoever may describe every group.
@@ -56,15 +60,33 @@ impl Resource<'_> {
     }
 }
 
-/// The rules, ready to check requests against.
+/// Whether an ALLOW of the operation coded `held` grants `wanted` (Kafka's implications).
+fn grants(held: i8, wanted: Operation) -> bool {
+    use Operation::*;
+    let implies = |op: Operation| held == op as i8;
+    held == wanted as i8
+        || implies(All)
+        || (wanted == Describe && (implies(Read) || implies(Write) || implies(Delete) || implies(Alter)))
+        || (wanted == DescribeConfigs && implies(AlterConfigs))
+}
+
+/// Whether a DENY of the operation coded `held` denies `wanted`: only the operation itself and
+/// ALL, as in Kafka (a denied READ leaves DESCRIBE alone).
+fn denies(held: i8, wanted: Operation) -> bool {
+    held == wanted as i8 || held == Operation::All as i8
+}
+
+/// The rules and the ACLs, ready to check requests against.
 #[derive(Debug, Default)]
 pub struct Authorizer {
     config: AuthorizationConfig,
+    acls: Arc<Acls>,
 }
 
 impl Authorizer {
-    pub fn new(config: &AuthorizationConfig) -> Authorizer {
-        Authorizer { config: config.clone() }
+    /// `acls` is the set CreateAcls and DeleteAcls change (the catalog's).
+    pub fn new(config: &AuthorizationConfig, acls: Arc<Acls>) -> Authorizer {
+        Authorizer { config: config.clone(), acls }
     }
 
     /// No rules: every request is allowed.
@@ -72,34 +94,58 @@ impl Authorizer {
         self.config.rules.is_empty() && self.config.super_users.is_empty()
     }
 
+    /// [`Authorizer::allows_from`] for a request whose client's address is not at hand: only ACLs
+    /// for any host allow it, and every DENY applies.
     pub fn allows(&self, principal: &Principal, operation: Operation, resource: Resource<'_>) -> bool {
+        self.allows_from(principal, None, operation, resource)
+    }
+
+    /// Whether `principal`, connected from `host`, may perform `operation` on `resource`.
+    pub fn allows_from(&self, principal: &Principal, host: Option<IpAddr>, operation: Operation, resource: Resource<'_>) -> bool {
         if self.is_open() || self.is_super_user(principal) {
             return true;
         }
-        if let Resource::Topic(name) = resource {
-            if name == crate::cluster::OFFSETS_TOPIC {
-                return operation.grants_reading() && self.granted(principal, Operation::Describe, Resource::Group(""));
+        let name = principal.to_string();
+        let acls = self.acls.all();
+        let denied = acls.iter().any(|acl| acl.applies(DENY, &name, host) && acl.covers(resource) && denies(acl.operation, operation));
+        if denied {
+            return false;
+        }
+        if let Resource::Topic(topic) = resource {
+            if topic == crate::cluster::OFFSETS_TOPIC {
+                return operation.grants_reading() && self.granted(&name, host, &acls, Operation::Describe, Resource::Group(""));
             }
         }
-        self.granted(principal, operation, resource)
+        self.granted(&name, host, &acls, operation, resource)
     }
 
     /// Whether the principal may perform `operation` on some resource of this kind (Kafka's
     /// `authorizeByResourceType`: an idempotent producer needs WRITE on any topic).
-    pub fn allows_some(&self, principal: &Principal, operation: Operation, kind: ResourceType) -> bool {
+    /// A DENY of the operation on every resource of the kind (the LITERAL wildcard) refuses it.
+    pub fn allows_some(&self, principal: &Principal, host: Option<IpAddr>, operation: Operation, kind: ResourceType) -> bool {
+        if self.is_open() || self.is_super_user(principal) {
+            return true;
+        }
         let name = principal.to_string();
-        self.is_open()
-            || self.is_super_user(principal)
-            || self.config.rules.iter().any(|rule| {
-                (rule.principal == name || rule.principal == "User:*")
-                    && rule.resource == kind
-                    && rule.operations.iter().any(|held| held.grants(operation))
-            })
+        let acls = self.acls.all();
+        let of_kind = |acl: &AclBinding| acl.resource_type == kind.code();
+        let denied = acls.iter().any(|acl| {
+            acl.applies(DENY, &name, host)
+                && of_kind(acl)
+                && acl.pattern == PatternType::Literal as i8
+                && acl.name == WILDCARD
+                && denies(acl.operation, operation)
+        });
+        !denied
+            && (self.config.rules.iter().any(|rule| {
+                applies_to(&rule.principal, &name) && rule.resource == kind && rule.operations.iter().any(|held| held.grants(operation))
+            }) || acls.iter().any(|acl| acl.applies(ALLOW, &name, host) && of_kind(acl) && grants(acl.operation, operation)))
     }
 
     /// `authorized_operations` as Kafka encodes it: a bit per allowed operation.
-    pub fn operations(&self, principal: &Principal, resource: Resource<'_>) -> i32 {
-        resource.reported().iter().filter(|op| self.allows(principal, **op, resource)).fold(0, |bits, op| bits | (1 << *op as i32))
+    pub fn operations(&self, principal: &Principal, host: Option<IpAddr>, resource: Resource<'_>) -> i32 {
+        let allowed = |op: &&Operation| self.allows_from(principal, host, **op, resource);
+        resource.reported().iter().filter(allowed).fold(0, |bits, op| bits | (1 << *op as i32))
     }
 
     fn is_super_user(&self, principal: &Principal) -> bool {
@@ -107,20 +153,25 @@ impl Authorizer {
         self.config.super_users.contains(&name)
     }
 
-    /// Whether a rule gives `principal` the operation on the resource. For `Group("")` as the
-    /// resource: whether one rule covers every group.
-    fn granted(&self, principal: &Principal, operation: Operation, resource: Resource<'_>) -> bool {
-        let name = principal.to_string();
-        self.config.rules.iter().any(|rule| {
-            (rule.principal == name || rule.principal == "User:*")
+    /// Whether a rule or an ALLOW gives the principal named `name` the operation on the
+    /// resource. For `Group("")` as the resource: whether one covers every group.
+    fn granted(&self, name: &str, host: Option<IpAddr>, acls: &[AclBinding], operation: Operation, resource: Resource<'_>) -> bool {
+        let by_rule = self.config.rules.iter().any(|rule| {
+            applies_to(&rule.principal, name)
                 && rule.resource == resource.kind()
                 && match resource {
                     Resource::Topic(n) | Resource::Group(n) => n.starts_with(&rule.prefix),
                     Resource::Cluster => true,
                 }
                 && rule.operations.iter().any(|held| held.grants(operation))
-        })
+        });
+        by_rule || acls.iter().any(|acl| acl.applies(ALLOW, name, host) && acl.covers(resource) && grants(acl.operation, operation))
     }
+}
+
+/// Whether a rule or ACL for `holder` (a principal, or `User:*`) applies to the principal `name`.
+fn applies_to(holder: &str, name: &str) -> bool {
+    holder == name || holder == "User:*"
 }
 
 /// How an ACL binding names its resources (Kafka's `PatternType`).
@@ -137,11 +188,16 @@ const PATTERN_ANY: i8 = 1;
 const PATTERN_MATCH: i8 = 2;
 /// `ResourceType`, `AclOperation` and `AclPermissionType` code of "any" in a filter.
 const ANY: i8 = 1;
-/// `AclPermissionType.ALLOW`: the only kind of rule `[authorization]` has.
+/// `AclPermissionType` codes.
+pub const DENY: i8 = 2;
 pub const ALLOW: i8 = 3;
 /// The name Kafka gives the cluster resource.
 const CLUSTER_NAME: &str = "kafka-cluster";
 const WILDCARD: &str = "*";
+/// `AclOperation` codes run from ALL (2) to DESCRIBE_TOKENS (14).
+const OPERATIONS: std::ops::RangeInclusive<i8> = 2..=14;
+/// `ResourceType` codes run from TOPIC (2) to USER (7).
+const RESOURCE_TYPES: std::ops::RangeInclusive<i8> = 2..=7;
 
 impl ResourceType {
     /// Kafka's `ResourceType` code.
@@ -154,17 +210,132 @@ impl ResourceType {
     }
 }
 
-/// One rule's grant of one operation, as Kafka's ACL binding: an ALLOW from any host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding<'a> {
-    pub resource_type: ResourceType,
-    pub name: &'a str,
-    pub pattern: PatternType,
-    pub principal: &'a str,
-    pub operation: Operation,
+/// Kafka's ACL binding: a pattern of resources, and what one principal from one host (or `*`) is
+/// allowed or denied on them. Codes are Kafka's, so ACLs on resources corral does not check
+/// (transactional ids, tokens, users) are kept and listed as Kafka keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct AclBinding {
+    pub resource_type: i8,
+    pub name: String,
+    pub pattern: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission: i8,
 }
 
-/// A DescribeAcls filter: each field is a code or a name to match, or "any".
+impl AclBinding {
+    /// Refuses what Kafka refuses in CreateAcls, with its messages.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.resource_type == ResourceType::Cluster.code() && self.name != CLUSTER_NAME {
+            return Err(format!("The only valid name for the CLUSTER resource is {CLUSTER_NAME}"));
+        }
+        if self.name.is_empty() {
+            return Err("Invalid empty resource name".to_string());
+        }
+        if !RESOURCE_TYPES.contains(&self.resource_type) {
+            return Err(format!("Invalid resourceType {}", resource_type_name(self.resource_type)));
+        }
+        if self.pattern != PatternType::Literal as i8 && self.pattern != PatternType::Prefixed as i8 {
+            return Err(format!("Invalid patternType {}", pattern_type_name(self.pattern)));
+        }
+        if !OPERATIONS.contains(&self.operation) {
+            return Err(format!("Invalid operation {}", if self.operation == ANY { "ANY" } else { "UNKNOWN" }));
+        }
+        if self.permission != ALLOW && self.permission != DENY {
+            return Err(format!("Invalid permissionType {}", if self.permission == ANY { "ANY" } else { "UNKNOWN" }));
+        }
+        match self.principal.split_once(':') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Ok(()),
+            _ => Err(format!("Invalid principal {:?}: expected a type and a name, such as User:alice", self.principal)),
+        }
+    }
+
+    /// Whether this is an ACL of `permission` for the principal named `name` connected from
+    /// `host`. An unknown host matches only ACLs for any host, but every DENY.
+    fn applies(&self, permission: i8, name: &str, host: Option<IpAddr>) -> bool {
+        self.permission == permission
+            && applies_to(&self.principal, name)
+            && (self.host == WILDCARD || host.map_or(permission == DENY, |ip| self.host == ip.to_string()))
+    }
+
+    /// Whether the pattern covers the resource. `Group("")` is covered only by the wildcard.
+    fn covers(&self, resource: Resource<'_>) -> bool {
+        if self.resource_type != resource.kind().code() {
+            return false;
+        }
+        let name = match resource {
+            Resource::Topic(n) | Resource::Group(n) => n,
+            Resource::Cluster => CLUSTER_NAME,
+        };
+        match self.pattern {
+            p if p == PatternType::Literal as i8 => self.name == name || self.name == WILDCARD,
+            p if p == PatternType::Prefixed as i8 => name.starts_with(&self.name),
+            _ => false,
+        }
+    }
+}
+
+fn resource_type_name(code: i8) -> &'static str {
+    ["UNKNOWN", "ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "DELEGATION_TOKEN", "USER"]
+        .get(code.max(0) as usize)
+        .unwrap_or(&"UNKNOWN")
+}
+
+fn pattern_type_name(code: i8) -> &'static str {
+    ["UNKNOWN", "ANY", "MATCH", "LITERAL", "PREFIXED"].get(code.max(0) as usize).unwrap_or(&"UNKNOWN")
+}
+
+/// The ACLs made with CreateAcls, as the metadata group has applied them on this node: read by
+/// every request's check, changed only by the metadata group.
+#[derive(Debug, Default)]
+pub struct Acls(RwLock<Arc<Vec<AclBinding>>>);
+
+/// How many ACLs the cluster keeps: enough for any deployment, and a bound on what CreateAcls
+/// can make every node hold.
+pub const MAX_ACLS: usize = 100_000;
+
+impl Acls {
+    pub fn new(all: Vec<AclBinding>) -> Acls {
+        Acls(RwLock::new(Arc::new(all)))
+    }
+
+    pub fn all(&self) -> Arc<Vec<AclBinding>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds those of `new` not held yet, up to [`MAX_ACLS`].
+    pub fn add(&self, new: &[AclBinding]) {
+        self.change(|all| {
+            let mut held: HashSet<AclBinding> = all.iter().cloned().collect();
+            for acl in new {
+                if held.len() < MAX_ACLS && held.insert(acl.clone()) {
+                    all.push(acl.clone());
+                }
+            }
+        })
+    }
+
+    pub fn remove(&self, gone: &[AclBinding]) {
+        let gone: HashSet<&AclBinding> = gone.iter().collect();
+        self.change(|all| all.retain(|acl| !gone.contains(acl)))
+    }
+
+    /// Makes the ACLs exactly `all` (a metadata snapshot installed).
+    pub fn replace(&self, all: Vec<AclBinding>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
+    }
+
+    /// Copies, changes and publishes: a check in progress keeps the set it started with.
+    fn change(&self, edit: impl FnOnce(&mut Vec<AclBinding>)) {
+        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut all = current.as_ref().clone();
+        edit(&mut all);
+        *current = Arc::new(all);
+    }
+}
+
+/// A DescribeAcls or DeleteAcls filter: each field is a code or a name to match, or "any".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingFilter<'a> {
     pub resource_type: i8,
@@ -187,48 +358,50 @@ impl BindingFilter<'_> {
 
     /// Kafka's `AclBindingFilter.matches`. MATCH with a name: the literal name, the literal
     /// wildcard, and every prefix of the name; ANY or a pattern type with a name: that exact name.
-    pub fn matches(&self, b: &Binding<'_>) -> bool {
+    pub fn matches(&self, b: &AclBinding) -> bool {
         let pattern_matches = match self.pattern_type {
             PATTERN_ANY | PATTERN_MATCH => true,
-            code => code == b.pattern as i8,
+            code => code == b.pattern,
         };
         let name_matches = match self.name {
             None => true,
             Some(name) if self.pattern_type != PATTERN_MATCH => name == b.name,
-            Some(name) => match b.pattern {
-                PatternType::Literal => name == b.name || b.name == WILDCARD,
-                PatternType::Prefixed => name.starts_with(b.name),
-            },
+            Some(name) if b.pattern == PatternType::Literal as i8 => name == b.name || b.name == WILDCARD,
+            Some(name) => name.starts_with(&b.name),
         };
-        (self.resource_type == ANY || self.resource_type == b.resource_type.code())
+        (self.resource_type == ANY || self.resource_type == b.resource_type)
             && pattern_matches
             && name_matches
             && self.principal.is_none_or(|p| p == b.principal)
-            && self.host.is_none_or(|h| h == WILDCARD)
-            && (self.operation == ANY || self.operation == b.operation as i8)
-            && (self.permission == ANY || self.permission == ALLOW)
+            && self.host.is_none_or(|h| h == b.host)
+            && (self.operation == ANY || self.operation == b.operation)
+            && (self.permission == ANY || self.permission == b.permission)
     }
 }
 
 impl Authorizer {
-    /// The rules as Kafka's ACL bindings, one per rule and operation: a prefix as a PREFIXED
-    /// pattern, the empty prefix as the LITERAL wildcard, the cluster as `kafka-cluster`. Super
-    /// users are no binding, as in Kafka (`super.users` is not an ACL).
-    pub fn bindings(&self) -> impl Iterator<Item = Binding<'_>> {
-        self.config.rules.iter().flat_map(|rule| {
+    /// The rules as Kafka's ACL bindings, one per rule and operation (a prefix as a PREFIXED
+    /// pattern, the empty prefix as the LITERAL wildcard, the cluster as `kafka-cluster`, an ALLOW
+    /// from any host), then the ACLs. Super users are no binding, as in Kafka (`super.users` is
+    /// not an ACL).
+    pub fn bindings(&self) -> Vec<AclBinding> {
+        let rules = self.config.rules.iter().flat_map(|rule| {
             let (name, pattern) = match rule.resource {
                 ResourceType::Cluster => (CLUSTER_NAME, PatternType::Literal),
                 _ if rule.prefix.is_empty() => (WILDCARD, PatternType::Literal),
                 _ => (rule.prefix.as_str(), PatternType::Prefixed),
             };
-            rule.operations.iter().map(move |&operation| Binding {
-                resource_type: rule.resource,
-                name,
-                pattern,
-                principal: &rule.principal,
-                operation,
+            rule.operations.iter().map(move |&operation| AclBinding {
+                resource_type: rule.resource.code(),
+                name: name.to_string(),
+                pattern: pattern as i8,
+                principal: rule.principal.clone(),
+                host: WILDCARD.to_string(),
+                operation: operation as i8,
+                permission: ALLOW,
             })
-        })
+        });
+        rules.chain(self.acls.all().iter().cloned()).collect()
     }
 }
 
@@ -239,7 +412,7 @@ mod tests {
     fn authorizer(text: &str) -> Authorizer {
         let config: AuthorizationConfig = toml::from_str(text).unwrap();
         config.validate().unwrap();
-        Authorizer::new(&config)
+        Authorizer::new(&config, Default::default())
     }
 
     const RULES: &str = r#"
@@ -285,10 +458,13 @@ mod tests {
     fn authorized_operations_bits() {
         let a = authorizer(RULES);
         // READ (3) and DESCRIBE (8) on the group; nothing else.
-        assert_eq!(a.operations(&Principal::user("alice"), Resource::Group("payments-x")), (1 << 3) | (1 << 8));
-        assert_eq!(a.operations(&Principal::user("alice"), Resource::Group("x")), 0);
+        assert_eq!(a.operations(&Principal::user("alice"), None, Resource::Group("payments-x")), (1 << 3) | (1 << 8));
+        assert_eq!(a.operations(&Principal::user("alice"), None, Resource::Group("x")), 0);
         let open = Authorizer::default();
-        assert_eq!(open.operations(&Principal::anonymous(), Resource::Group("g")), (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11));
+        assert_eq!(
+            open.operations(&Principal::anonymous(), None, Resource::Group("g")),
+            (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+        );
     }
 
     fn filter(resource_type: i8, name: Option<&str>, pattern_type: i8) -> BindingFilter<'_> {
@@ -296,23 +472,29 @@ mod tests {
     }
 
     fn described(a: &Authorizer, f: &BindingFilter<'_>) -> Vec<String> {
+        let operation =
+            |code: i8| ["", "", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "", "", "ALTER_CONFIGS"][code as usize];
         a.bindings()
+            .iter()
             .filter(|b| f.matches(b))
-            .map(|b| format!("{:?} {} {:?} {} {:?}", b.resource_type, b.name, b.pattern, b.principal, b.operation))
+            .map(|b| {
+                let (kind, pattern) = (resource_type_name(b.resource_type), pattern_type_name(b.pattern));
+                format!("{kind} {} {pattern} {} {}", b.name, b.principal, operation(b.operation))
+            })
             .collect()
     }
 
     #[test]
     fn rules_as_acl_bindings_and_filters() {
         let a = authorizer(RULES);
-        assert_eq!(a.bindings().count(), 7, "one binding per rule and operation");
+        assert_eq!(a.bindings().len(), 7, "one binding per rule and operation");
         // MATCH with a name: the prefixes of the name and the wildcard; not other prefixes.
         // (with any resource type, the wildcard of every type).
         assert_eq!(
             described(&a, &filter(ANY, Some("payments.in"), PATTERN_MATCH)),
-            ["Topic payments. Prefixed User:alice Read", "Topic payments. Prefixed User:alice Write", "Group * Literal User:ops Describe"]
+            ["TOPIC payments. PREFIXED User:alice READ", "TOPIC payments. PREFIXED User:alice WRITE", "GROUP * LITERAL User:ops DESCRIBE"]
         );
-        assert_eq!(described(&a, &filter(3, Some("anything"), PATTERN_MATCH)), ["Group * Literal User:ops Describe"]);
+        assert_eq!(described(&a, &filter(3, Some("anything"), PATTERN_MATCH)), ["GROUP * LITERAL User:ops DESCRIBE"]);
         // A pattern type with a name: that exact name only.
         assert_eq!(described(&a, &filter(2, Some("payments.in"), PatternType::Prefixed as i8)), Vec::<String>::new());
         assert_eq!(described(&a, &filter(2, Some("payments."), PatternType::Prefixed as i8)).len(), 2);
@@ -323,16 +505,98 @@ mod tests {
         );
         assert_eq!(
             described(&a, &filter(4, Some("kafka-cluster"), PATTERN_ANY)),
-            ["Cluster kafka-cluster Literal User:ops Describe", "Cluster kafka-cluster Literal User:ops AlterConfigs"]
+            ["CLUSTER kafka-cluster LITERAL User:ops DESCRIBE", "CLUSTER kafka-cluster LITERAL User:ops ALTER_CONFIGS"]
         );
         // Principal, host, operation and permission.
         let ops = BindingFilter { principal: Some("User:ops"), operation: Operation::AlterConfigs as i8, ..filter(ANY, None, PATTERN_ANY) };
-        assert_eq!(described(&a, &ops), ["Cluster kafka-cluster Literal User:ops AlterConfigs"]);
-        assert!(a.bindings().all(|b| !BindingFilter { host: Some("10.0.0.1"), ..filter(ANY, None, PATTERN_ANY) }.matches(&b)));
-        assert!(a.bindings().all(|b| !BindingFilter { permission: 2, ..filter(ANY, None, PATTERN_ANY) }.matches(&b)), "no DENY rules");
+        assert_eq!(described(&a, &ops), ["CLUSTER kafka-cluster LITERAL User:ops ALTER_CONFIGS"]);
+        assert!(a.bindings().iter().all(|b| !BindingFilter { host: Some("10.0.0.1"), ..filter(ANY, None, PATTERN_ANY) }.matches(b)));
+        assert!(
+            a.bindings().iter().all(|b| !BindingFilter { permission: 2, ..filter(ANY, None, PATTERN_ANY) }.matches(b)),
+            "no DENY rules"
+        );
         assert!(
             !filter(0, None, PATTERN_ANY).is_valid() && !filter(ANY, None, 0).is_valid() && filter(ANY, None, PATTERN_MATCH).is_valid()
         );
+    }
+
+    fn acl(resource_type: i8, name: &str, pattern: PatternType, principal: &str, operation: Operation, permission: i8) -> AclBinding {
+        AclBinding {
+            resource_type,
+            name: name.to_string(),
+            pattern: pattern as i8,
+            principal: principal.to_string(),
+            host: WILDCARD.to_string(),
+            operation: operation as i8,
+            permission,
+        }
+    }
+
+    #[test]
+    fn acls_allow_and_deny_beside_the_rules() {
+        let acls = Arc::new(Acls::default());
+        let config: AuthorizationConfig = toml::from_str(RULES).unwrap();
+        let a = Authorizer::new(&config, acls.clone());
+        let (alice, bob) = (Principal::user("alice"), Principal::user("bob"));
+        let from = |ip: &str| Some(ip.parse::<IpAddr>().unwrap());
+        assert!(!a.allows(&bob, Operation::Read, Resource::Topic("orders")));
+        acls.add(&[
+            acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW),
+            acl(3, "bob-", PatternType::Prefixed, "User:bob", Operation::Read, ALLOW),
+            AclBinding { host: "10.0.0.7".to_string(), ..acl(2, "*", PatternType::Literal, "User:bob", Operation::Write, ALLOW) },
+        ]);
+        assert!(a.allows(&bob, Operation::Read, Resource::Topic("orders")));
+        assert!(a.allows(&bob, Operation::Describe, Resource::Topic("orders")), "READ implies DESCRIBE");
+        assert!(!a.allows(&bob, Operation::Read, Resource::Topic("orders2")), "a literal name is that name only");
+        assert!(a.allows(&bob, Operation::Read, Resource::Group("bob-app")));
+        assert!(!a.allows(&bob, Operation::Read, Resource::Group("app")));
+        // An ACL for one host allows only from that host.
+        assert!(a.allows_from(&bob, from("10.0.0.7"), Operation::Write, Resource::Topic("any")));
+        assert!(!a.allows_from(&bob, from("10.0.0.8"), Operation::Write, Resource::Topic("any")));
+        assert!(!a.allows(&bob, Operation::Write, Resource::Topic("any")), "an unknown host is no host");
+        assert!(a.allows_some(&bob, from("10.0.0.7"), Operation::Write, ResourceType::Topic));
+        // A DENY wins over ACLs and rules alike, for its operation (and ALL) only.
+        acls.add(&[
+            acl(2, "payments.", PatternType::Prefixed, "User:*", Operation::Write, DENY),
+            acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, DENY),
+        ]);
+        assert!(!a.allows(&alice, Operation::Write, Resource::Topic("payments.in")), "the rule's WRITE is denied");
+        assert!(a.allows(&alice, Operation::Read, Resource::Topic("payments.in")));
+        assert!(!a.allows(&bob, Operation::Read, Resource::Topic("orders")));
+        assert!(a.allows(&bob, Operation::Describe, Resource::Topic("orders")), "a denied READ leaves DESCRIBE");
+        assert!(a.allows(&Principal::user("admin"), Operation::Write, Resource::Topic("payments.in")), "super users pass");
+        assert_eq!(a.operations(&bob, None, Resource::Topic("orders")), 1 << 8);
+        // A wildcard DENY of a kind refuses it by type.
+        acls.add(&[acl(2, "*", PatternType::Literal, "User:bob", Operation::Write, DENY)]);
+        assert!(!a.allows_some(&bob, from("10.0.0.7"), Operation::Write, ResourceType::Topic));
+        // A group wildcard lets one read __consumer_offsets, as a rule for every group does.
+        let offsets = Resource::Topic(crate::cluster::OFFSETS_TOPIC);
+        assert!(!a.allows(&bob, Operation::Read, offsets));
+        acls.add(&[acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]);
+        assert!(a.allows(&bob, Operation::Read, offsets));
+        // Listed after the rules; deleted exactly.
+        assert_eq!(a.bindings().len(), 7 + 7);
+        acls.remove(&[acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]);
+        assert!(!a.allows(&bob, Operation::Read, offsets));
+        acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
+        assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");
+    }
+
+    #[test]
+    fn new_acls_are_checked_as_kafka_checks_them() {
+        let good = acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW);
+        assert_eq!(good.validate(), Ok(()));
+        let refused = |b: AclBinding| b.validate().unwrap_err();
+        assert_eq!(
+            refused(AclBinding { name: "x".into(), ..acl(4, "", PatternType::Literal, "User:b", Operation::Alter, ALLOW) }),
+            "The only valid name for the CLUSTER resource is kafka-cluster"
+        );
+        assert_eq!(refused(AclBinding { name: String::new(), ..good.clone() }), "Invalid empty resource name");
+        assert_eq!(refused(AclBinding { resource_type: ANY, ..good.clone() }), "Invalid resourceType ANY");
+        assert_eq!(refused(AclBinding { pattern: PATTERN_MATCH, ..good.clone() }), "Invalid patternType MATCH");
+        assert_eq!(refused(AclBinding { operation: ANY, ..good.clone() }), "Invalid operation ANY");
+        assert_eq!(refused(AclBinding { permission: 0, ..good.clone() }), "Invalid permissionType UNKNOWN");
+        assert!(refused(AclBinding { principal: "bob".into(), ..good.clone() }).contains("expected a type and a name"));
     }
 
     #[test]

@@ -1,0 +1,239 @@
+"""ACLs made and removed with CreateAcls and DeleteAcls, through confluent-kafka's admin client and
+Kafka's own kafka-acls tool, beside the `[authorization]` rules of test_authorization.py.
+
+The users and rules are that file's: `admin` is a super user, `alice` has rules for the
+`payments.` topics, `bob` has none. What an ACL allows or denies is checked with the clients'
+own produce and consume, from the same run; the ACLs outlive a kill -9 of the node, and in a
+3-node cluster reach every node, one that was down included.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from security import LISTENING
+from test_authorization import (  # noqa: F401 (node is a fixture)
+    acl_command,
+    any_filter,
+    as_user,
+    bindings,
+    consume_error,
+    create_topics,
+    node,
+    produce,
+)
+from test_java_client import java_classpath  # noqa: F401 (a fixture)
+
+TIMEOUT_S = 20
+
+
+def acl(restype, name, principal, operation, permission=AclPermissionType.ALLOW, pattern=ResourcePatternType.LITERAL, host="*") -> AclBinding:
+    return AclBinding(restype, name, pattern, principal, host, operation, permission)
+
+
+def create(admin: AdminClient, *acls: AclBinding) -> dict[AclBinding, KafkaException | None]:
+    """Each binding's outcome: None when made, the broker's refusal otherwise."""
+    outcomes = {}
+    for binding, future in admin.create_acls(list(acls), request_timeout=15).items():
+        try:
+            future.result(timeout=TIMEOUT_S)
+            outcomes[binding] = None
+        except KafkaException as e:
+            outcomes[binding] = e
+    return outcomes
+
+
+def delete(admin: AdminClient, *filters) -> list[list[tuple]]:
+    """The bindings each filter removed."""
+    futures = admin.delete_acls(list(filters), request_timeout=15)
+    described = lambda b: (b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host, b.operation.name, b.permission_type.name)  # noqa: E731
+    return [sorted(described(b) for b in futures[f].result(timeout=TIMEOUT_S)) for f in filters]
+
+
+def error_codes(outcomes: list[KafkaError | None]) -> list[int | None]:
+    return [None if e is None else e.code() for e in outcomes]
+
+
+def test_acls_allow_deny_and_are_removed(node):
+    topic, group = f"orders.{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    admin, bob = AdminClient(as_user(node, "admin")), as_user(node, "bob")
+    assert error_codes(produce(bob, topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+    made = create(
+        admin,
+        acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE),
+        acl(ResourceType.TOPIC, "orders.", "User:bob", AclOperation.READ, pattern=ResourcePatternType.PREFIXED),
+        acl(ResourceType.GROUP, "bob-", "User:bob", AclOperation.READ, pattern=ResourcePatternType.PREFIXED),
+    )
+    assert list(made.values()) == [None, None, None], made
+    assert error_codes(produce(bob, topic, 5)) == [None] * 5
+    assert consume_error(bob, topic, group) is None, "READ on the prefix and on the group's prefix"
+
+    # Listed with the rules, as Kafka lists ACLs: one binding per operation.
+    mine = bindings(admin, any_filter(principal="User:bob"))
+    assert mine == sorted([
+        ("TOPIC", topic, "LITERAL", "User:bob", "*", "WRITE", "ALLOW"),
+        ("TOPIC", "orders.", "PREFIXED", "User:bob", "*", "READ", "ALLOW"),
+        ("GROUP", "bob-", "PREFIXED", "User:bob", "*", "READ", "ALLOW"),
+    ]), mine  # fmt: skip
+
+    # A DENY wins over the ALLOW, for its operation only.
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE, AclPermissionType.DENY)).values()) == [None]
+    assert error_codes(produce(bob, topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert consume_error(bob, topic, group + "-2") is None
+
+    # DeleteAcls returns what each filter removed; removing the DENY lets bob write again.
+    removed = delete(admin, any_filter(permission_type=AclPermissionType.DENY), any_filter(principal="User:nobody"))
+    assert removed == [[("TOPIC", topic, "LITERAL", "User:bob", "*", "WRITE", "DENY")], []], removed
+    assert error_codes(produce(bob, topic, 1)) == [None]
+    # The rules are config: a filter matching them removes none.
+    assert delete(admin, any_filter(principal="User:alice")) == [[]]
+    assert ("TOPIC", "payments.", "PREFIXED", "User:alice", "*", "READ", "ALLOW") in bindings(admin, any_filter(principal="User:alice"))
+
+
+def test_acls_from_one_host_apply_to_that_host(node):
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    admin, bob = AdminClient(as_user(node, "admin")), as_user(node, "bob")
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE, host="10.9.9.9")).values()) == [None]
+    assert error_codes(produce(bob, topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED], "bob connects from 127.0.0.1"
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE, host="127.0.0.1")).values()) == [None]
+    assert error_codes(produce(bob, topic, 1)) == [None]
+
+
+def test_creating_acls_needs_alter_on_the_cluster_and_valid_bindings(node):
+    admin, bob = AdminClient(as_user(node, "admin")), AdminClient(as_user(node, "bob"))
+    binding = acl(ResourceType.TOPIC, "t", "User:bob", AclOperation.READ)
+    (refused,) = create(bob, binding).values()
+    assert refused is not None and refused.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused
+    (refused,) = delete_refusals(bob, any_filter())
+    assert refused.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused
+    # Kafka's refusals, each binding on its own: the good one is still made.
+    outcomes = create(admin, acl(ResourceType.BROKER, "other", "User:bob", AclOperation.ALTER), binding)
+    bad, good = outcomes.values()
+    assert bad is not None and bad.args[0].code() == KafkaError.INVALID_REQUEST, bad
+    assert "The only valid name for the CLUSTER resource is kafka-cluster" in bad.args[0].str(), bad
+    assert good is None
+    assert bindings(admin, any_filter(principal="User:bob")) == [("TOPIC", "t", "LITERAL", "User:bob", "*", "READ", "ALLOW")]
+    # Made twice, held once.
+    assert list(create(admin, binding).values()) == [None]
+    assert len(bindings(admin, any_filter(principal="User:bob"))) == 1
+
+
+def delete_refusals(admin: AdminClient, *filters) -> list[KafkaException]:
+    refusals = []
+    for future in admin.delete_acls(list(filters), request_timeout=15).values():
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=TIMEOUT_S)
+        refusals.append(refused.value)
+    return refusals
+
+
+def test_acls_outlive_a_kill_9(node):
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    admin = AdminClient(as_user(node, "admin"))
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE)).values()) == [None]
+    node.server.kill9()
+    node.server.start()
+    port = LISTENING.findall(node.server.run_log_text())[-1][2]
+    node.sasl_bootstrap = f"127.0.0.1:{port}"
+    assert bindings(AdminClient(as_user(node, "admin")), any_filter(principal="User:bob")) == [
+        ("TOPIC", topic, "LITERAL", "User:bob", "*", "WRITE", "ALLOW")
+    ]
+    assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [None]
+
+
+def test_kafka_acls_tool_adds_and_removes(node, java_classpath, tmp_path):
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    run = lambda user, *args: acl_command(java_classpath, tmp_path, node.sasl_bootstrap, user, *args)  # noqa: E731
+    added = run("admin", "--add", "--allow-principal", "User:bob", "--operation", "Write", "--operation", "Describe", "--topic", topic)
+    assert added.returncode == 0, added.stdout + added.stderr[-3000:]
+    assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [None]
+    listed = run("admin", "--list", "--topic", topic)
+    assert f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)" in listed.stdout, listed
+    assert "(principal=User:bob, host=*, operation=WRITE, permissionType=ALLOW)" in listed.stdout, listed
+    assert "(principal=User:bob, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed.stdout, listed
+    # Only who may alter the cluster adds ACLs.
+    denied = run("bob", "--add", "--allow-principal", "User:bob", "--operation", "All", "--topic", topic)
+    assert "ClusterAuthorizationException" in denied.stdout + denied.stderr, denied
+    removed = run("admin", "--remove", "--force", "--allow-principal", "User:bob", "--operation", "Write", "--topic", topic)
+    assert removed.returncode == 0, removed.stdout + removed.stderr[-3000:]
+    assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    left = bindings(AdminClient(as_user(node, "admin")), any_filter(principal="User:bob"))
+    assert left == [("TOPIC", topic, "LITERAL", "User:bob", "*", "DESCRIBE", "ALLOW")], left
+
+
+# --- A 3-node cluster: the ACLs go through the metadata group ----------------------------------------
+
+# Anonymous clients may run the cluster and see its topics, but write none: writing is an ACL's.
+CLUSTER_RULES = """
+[authorization]
+rules = [
+  { principal = "User:ANONYMOUS", resource = "cluster", operations = ["all"] },
+  { principal = "User:ANONYMOUS", resource = "topic", operations = ["describe", "create"] },
+  { principal = "User:ANONYMOUS", resource = "group", operations = ["describe"] },
+]
+"""
+
+
+@pytest.fixture
+def secured_cluster(corral_factory, request):
+    from cluster import Cluster
+
+    c = Cluster(corral_factory, size=3, relays=False, extra_config=CLUSTER_RULES)
+    request.addfinalizer(c.close)
+    return c.start()
+
+
+def produce_to(bootstrap: str, topic: str, partition: int) -> int | None:
+    """One record to one partition: None when acknowledged, the error code otherwise."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10000, "retries": 0})
+    producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(20)
+    assert len(outcome) == 1, "no delivery report"
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def test_acls_reach_every_node_and_one_that_was_down(secured_cluster):
+    cluster = secured_cluster
+    topic = f"acl-{uuid.uuid4().hex[:6]}"
+    leaders = cluster.create_topic(topic, 3)
+    assert sorted(leaders) == [0, 1, 2], leaders
+    assert [produce_to(cluster.bootstrap, topic, p) for p in range(3)] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
+
+    # Made through one node, checked by each partition's leader.
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka[1]}"})
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:ANONYMOUS", AclOperation.WRITE)).values()) == [None]
+    assert [produce_to(cluster.bootstrap, topic, p) for p in range(3)] == [None] * 3
+
+    # A DENY made while one node is down reaches it when it is back.
+    down = leaders[2]
+    cluster.nodes[down].kill9()
+    alive = next(i for i in range(3) if i != down)
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka[alive]}"})
+    deny = acl(ResourceType.TOPIC, topic, "User:ANONYMOUS", AclOperation.WRITE, AclPermissionType.DENY)
+    assert list(create(admin, deny).values()) == [None]
+    cluster.nodes[down].restart()
+    direct = f"127.0.0.1:{cluster.kafka[down]}"
+    deadline = time.monotonic() + 30
+    while (code := produce_to(cluster.bootstrap, topic, 2)) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert code == KafkaError.TOPIC_AUTHORIZATION_FAILED, code
+    listed = bindings(AdminClient({"bootstrap.servers": direct}), any_filter(permission_type=AclPermissionType.DENY))
+    assert listed == [("TOPIC", topic, "LITERAL", "User:ANONYMOUS", "*", "WRITE", "DENY")], listed
