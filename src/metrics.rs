@@ -54,6 +54,7 @@ pub const SASL_AUTHENTICATIONS: &str = "corral_sasl_authentications_total";
 pub const TLS_HANDSHAKES_FAILED: &str = "corral_tls_handshakes_failed_total";
 pub const TLS_CONNECTIONS: &str = "corral_tls_connections_total";
 pub const SECURITY_FILES_RELOADED: &str = "corral_security_files_reloaded_total";
+pub const ADMIN_REQUESTS_UNAUTHORIZED: &str = "corral_admin_requests_unauthorized_total";
 pub const QUOTA_THROTTLES: &str = "corral_quota_throttles_total";
 pub const QUOTA_THROTTLE_MS: &str = "corral_quota_throttle_milliseconds_total";
 
@@ -113,6 +114,10 @@ fn describe() {
     );
     describe_counter!(TLS_HANDSHAKES_FAILED, "Client connections closed because their TLS handshake failed or timed out, by listener");
     describe_counter!(SECURITY_FILES_RELOADED, "TLS certificates and SASL credentials loaded again after their files changed (what)");
+    describe_counter!(
+        ADMIN_REQUESTS_UNAUTHORIZED,
+        "Admin listener requests answered 401: no bearer token, or not admin.bearer_token_file's"
+    );
     describe_counter!(QUOTA_THROTTLES, "Requests over their client quota, by quota (produce, fetch, request)");
     describe_counter!(QUOTA_THROTTLE_MS, "Milliseconds clients were throttled for, by quota (produce, fetch, request)");
     describe_counter!(REQUESTS, "Requests completed, by API and version");
@@ -341,6 +346,11 @@ pub fn tls_connection(listener: &str, kernel: bool) {
 /// A client's TLS handshake failed or timed out.
 pub fn tls_handshake_failed(listener: &str) {
     counter!(TLS_HANDSHAKES_FAILED, "listener" => listener.to_string()).increment(1);
+}
+
+/// An admin request without the bearer token was answered 401.
+pub fn admin_request_unauthorized() {
+    counter!(ADMIN_REQUESTS_UNAUTHORIZED).increment(1);
 }
 
 /// Certificate or credential files were loaded again.

@@ -114,6 +114,7 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: Option<Promethe
     let open = matches!(path, "/health/live" | "/health/ready" | "/");
     if let Some(token) = node.admin_token.as_ref().filter(|_| !open) {
         if !token.admits(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
+            crate::metrics::admin_request_unauthorized();
             let mut response = reply(StatusCode::UNAUTHORIZED, TEXT, "a bearer token is required (admin.bearer_token_file)\n".into())?;
             response
                 .headers_mut()

@@ -1,7 +1,7 @@
 """A bearer token on the admin listener (`admin.bearer_token_file`).
 
-Metrics and the groups API answer 401 without the token or with another; the health probes and
-the page answer without it. A rotated token file takes effect without a restart. `corral groups`
+Metrics and the groups API answer 401 without the token or with another (each one counted in
+`corral_admin_requests_unauthorized_total`); the health probes and the page answer without it. A rotated token file takes effect without a restart. `corral groups`
 sends the token with `--token-file`, and in a 3-node cluster any node answers `/v1/groups` for the
 whole cluster, asking the others with the token they share. A missing token file stops the start
 with a message naming the key.
@@ -45,7 +45,9 @@ def test_metrics_and_groups_need_the_token_and_a_rotated_one_takes_over(corral_f
         status, _, headers = get(node.admin, path)
         assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer"), (path, status, dict(headers))
         assert get(node.admin, path, "not-the-token")[0] == 401, path
-    assert get(node.admin, "/metrics", TOKEN)[0] == 200
+    status, metrics, _ = get(node.admin, "/metrics", TOKEN)
+    assert status == 200
+    assert "corral_admin_requests_unauthorized_total 6" in metrics, "each refused request is counted"
     status, body, _ = get(node.admin, "/v1/groups", TOKEN)
     assert status == 200 and "groups" in json.loads(body)
     # Probes and the page, which holds no data, need no token.
