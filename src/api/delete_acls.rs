@@ -13,7 +13,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::security::acl::{AclBinding, BindingFilter, Operation, Resource};
+use crate::security::acl::{AclBinding, BindingFilter, Operation, Resource, INVALID_FILTER};
 
 /// v0 was removed by Kafka 4 (KIP-896).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteAcls, DeleteAclsRequest, 1, 3);
@@ -42,12 +42,10 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let results = filters
             .iter()
             .map(|f| match (&mut deleted, f.is_valid()) {
-                (_, false) => failed(
-                    ResponseError::InvalidRequest,
-                    "The filter holds an UNKNOWN resource type, pattern type, operation or permission.".to_string(),
-                ),
+                (_, false) => failed(ResponseError::InvalidRequest, INVALID_FILTER.to_string()),
                 (Err((error, reason)), true) => failed(*error, reason.clone()),
                 (Ok(matched), true) => DeleteAclsFilterResult::default()
+                    .with_error_message(None)
                     .with_matching_acls(matched.next().unwrap_or_default().into_iter().map(matching).collect()),
             })
             .collect();
@@ -68,7 +66,9 @@ fn filter(f: &DeleteAclsFilter) -> BindingFilter<'_> {
 }
 
 fn matching(acl: AclBinding) -> DeleteAclsMatchingAcl {
+    // No message where nothing failed, as Kafka answers.
     DeleteAclsMatchingAcl::default()
+        .with_error_message(None)
         .with_resource_type(acl.resource_type)
         .with_resource_name(StrBytes::from_string(acl.name))
         .with_pattern_type(acl.pattern)

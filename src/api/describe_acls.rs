@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::security::acl::{BindingFilter, Operation, Resource};
+use crate::security::acl::{BindingFilter, Operation, Resource, INVALID_FILTER};
 
 /// v0 was removed by Kafka 4 (KIP-896).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DescribeAcls, DescribeAclsRequest, 1, 3);
@@ -37,7 +37,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     } else if !node.allows(&ctx, Operation::Describe, Resource::Cluster) {
         failed(ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.")
     } else if !filter.is_valid() {
-        failed(ResponseError::InvalidRequest, "The filter holds an UNKNOWN resource type, pattern type, operation or permission.")
+        failed(ResponseError::InvalidRequest, INVALID_FILTER)
     } else {
         let mut resources: Vec<DescribeAclsResource> = Vec::new();
         // Bindings of one resource pattern are listed together, in the order first seen.

@@ -347,6 +347,10 @@ pub struct BindingFilter<'a> {
     pub permission: i8,
 }
 
+/// Why a filter that is not [`BindingFilter::is_valid`] is refused (INVALID_REQUEST). Kafka closes
+/// the connection as it parses one.
+pub const INVALID_FILTER: &str = "The filter holds an UNKNOWN resource type, pattern type, operation or permission.";
+
 impl BindingFilter<'_> {
     /// A filter holding a code Kafka does not know (or UNKNOWN, 0) is invalid, as in Kafka.
     pub fn is_valid(&self) -> bool {

@@ -196,8 +196,11 @@ class ApacheKafkaCluster:
         rebalance_protocols: str | None = None,
         libs: Path | None = None,
         secure: bool = False,
+        extra: dict | None = None,
     ):
+        """`extra`: more broker settings (an authorizer, say), over the ones written here."""
         self.workdir = workdir
+        self.extra = extra or {}
         self.secure = secure
         # The CA of the SASL_SSL listeners' certificate (secure=True).
         self.ca_file = workdir / "tls" / "ca.pem"
@@ -302,6 +305,7 @@ class ApacheKafkaCluster:
                 "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": self.ca_file,
             }
+        props |= self.extra
         b.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def _java(self, *args: str, heap: str = HEAP) -> list[str]:

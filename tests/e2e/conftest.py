@@ -343,6 +343,15 @@ def cluster(corral_factory, request):
     return c.start()
 
 
+@pytest.fixture(scope="session")
+def kafkajs() -> str:
+    """The `node` executable, once tests/e2e/js has KafkaJS (the test command runs `npm ci` there)."""
+    exe = shutil.which("node")
+    assert exe, "node is not installed (scripts/test.sh installs it)"
+    assert (Path(__file__).resolve().parent / "js" / "node_modules" / "kafkajs").is_dir(), "kafkajs is not installed: run `npm ci` in tests/e2e/js"
+    return exe
+
+
 # --- Apache Kafka (apache_kafka.py) ---------------------------------------------------------------
 
 # fixture name -> `group.coordinator.rebalance.protocols` of that session cluster (None: Kafka's

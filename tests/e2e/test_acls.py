@@ -1,5 +1,5 @@
-"""ACLs made and removed with CreateAcls and DeleteAcls, through confluent-kafka's admin client and
-Kafka's own kafka-acls tool, beside the `[authorization]` rules of test_authorization.py.
+"""ACLs made and removed with CreateAcls and DeleteAcls, through confluent-kafka's and KafkaJS's
+admin clients and Kafka's own kafka-acls tool, beside the `[authorization]` rules of test_authorization.py.
 
 The users and rules are that file's: `admin` is a super user, `alice` has rules for the
 `payments.` topics, `bob` has none. What an ACL allows or denies is checked with the clients'
@@ -9,8 +9,11 @@ own produce and consume, from the same run; the ACLs outlive a kill -9 of the no
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -25,6 +28,7 @@ from confluent_kafka.admin import (
 
 from security import LISTENING
 from test_authorization import (  # noqa: F401 (node is a fixture)
+    USERS,
     acl_command,
     any_filter,
     as_user,
@@ -37,6 +41,7 @@ from test_authorization import (  # noqa: F401 (node is a fixture)
 from test_java_client import java_classpath  # noqa: F401 (a fixture)
 
 TIMEOUT_S = 20
+JS_DIR = Path(__file__).resolve().parent / "js"
 
 
 def acl(restype, name, principal, operation, permission=AclPermissionType.ALLOW, pattern=ResourcePatternType.LITERAL, host="*") -> AclBinding:
@@ -237,3 +242,34 @@ def test_acls_reach_every_node_and_one_that_was_down(secured_cluster):
     assert code == KafkaError.TOPIC_AUTHORIZATION_FAILED, code
     listed = bindings(AdminClient({"bootstrap.servers": direct}), any_filter(permission_type=AclPermissionType.DENY))
     assert listed == [("TOPIC", topic, "LITERAL", "User:ANONYMOUS", "*", "WRITE", "DENY")], listed
+
+
+# --- KafkaJS --------------------------------------------------------------------------------------
+
+
+def run_kafkajs(node: str, bootstrap: str, step: str, topic: str) -> dict:
+    config = {
+        "brokers": [bootstrap],
+        "sasl": {"mechanism": "scram-sha-256", "username": "admin", "password": USERS["admin"]},
+        "topic": topic,
+        "principal": "User:bob",
+        "step": step,
+    }
+    run = subprocess.run([node, str(JS_DIR / "kafkajs_acls.js"), json.dumps(config)], cwd=JS_DIR, capture_output=True, text=True, timeout=120)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0 and lines, f"kafkajs_acls.js exited {run.returncode}\n{run.stdout}\n{run.stderr[-4000:]}"
+    return json.loads(lines[-1])
+
+
+def test_kafkajs_creates_describes_and_deletes(node, kafkajs):
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    made = run_kafkajs(kafkajs, node.sasl_bootstrap, "create", topic)
+    assert made["described"] == [
+        ["TOPIC", topic, "LITERAL", "User:bob", "*", "DELETE", "DENY"],
+        ["TOPIC", topic, "LITERAL", "User:bob", "*", "WRITE", "ALLOW"],
+    ], made
+    assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [None]
+    gone = run_kafkajs(kafkajs, node.sasl_bootstrap, "delete", topic)
+    assert gone["deleted"] == made["described"] and gone["described"] == [], gone
+    assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
