@@ -1,5 +1,6 @@
-"""ACLs made and removed with CreateAcls and DeleteAcls, through confluent-kafka's and KafkaJS's
-admin clients and Kafka's own kafka-acls tool, beside the `[authorization]` rules of test_authorization.py.
+"""ACLs made and removed with CreateAcls and DeleteAcls, through the admin clients of
+confluent-kafka, kafka-python and KafkaJS and Kafka's own kafka-acls tool, beside the
+`[authorization]` rules of test_authorization.py.
 
 The users and rules are that file's: `admin` is a super user, `alice` has rules for the
 `payments.` topics, `bob` has none. What an ACL allows or denies is checked with the clients'
@@ -273,3 +274,49 @@ def test_kafkajs_creates_describes_and_deletes(node, kafkajs):
     gone = run_kafkajs(kafkajs, node.sasl_bootstrap, "delete", topic)
     assert gone["deleted"] == made["described"] and gone["described"] == [], gone
     assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+# --- kafka-python ---------------------------------------------------------------------------------
+
+
+def test_kafka_python_creates_describes_and_deletes(node):
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KpResourceType
+
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    admin = KafkaAdminClient(
+        bootstrap_servers=node.sasl_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="admin",
+        sasl_plain_password=USERS["admin"],
+        request_timeout_ms=15000,
+    )
+    try:
+        pattern = ResourcePattern(KpResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL)
+        write = ACL("User:bob", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, pattern)
+        made = admin.create_acls([write])
+        assert made["failed"] == [] and len(made["succeeded"]) == 1, made
+        assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [None]
+
+        bobs = ACLFilter("User:bob", None, ACLOperation.ANY, ACLPermissionType.ANY, ResourcePatternFilter(KpResourceType.ANY, None, ACLResourcePatternType.ANY))
+        acls, error = admin.describe_acls(bobs)
+        assert error.errno == 0 and [(a.principal, a.operation, a.permission_type, a.resource_pattern.resource_name) for a in acls] == [
+            ("User:bob", ACLOperation.WRITE, ACLPermissionType.ALLOW, topic)
+        ], (acls, error)
+
+        ((_, removed, error),) = admin.delete_acls([bobs])
+        assert error.errno == 0 and [a.resource_pattern.resource_name for a in removed] == [topic], (removed, error)
+        assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    finally:
+        admin.close()
