@@ -25,6 +25,8 @@
 //! `bench/group_migration.rs`), and
 //! `bench/groups_suite.rs` runs them.
 
+#[path = "bench/acls.rs"]
+mod acls;
 #[path = "bench/cluster.rs"]
 mod cluster;
 #[path = "bench/compare.rs"]
@@ -115,6 +117,19 @@ enum Command {
     /// creation latency, one record written to and read from each, descriptors and RSS, and the
     /// clean and kill -9 restarts.
     Partitions(PartitionsArgs),
+    /// Time one authorization check as the ACLs grow (no server): corral's indexed check
+    /// against a scan of every ACL, in one run.
+    Acls(AclsArgs),
+}
+
+#[derive(Debug, Args)]
+struct AclsArgs {
+    /// Users to make ACLs for (three ACLs each), one measurement per count.
+    #[arg(long, value_delimiter = ',', default_values_t = [0, 100, 1_000, 10_000, 33_000])]
+    users: Vec<usize>,
+    /// Least time each measurement takes.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
 }
 
 #[derive(Debug, Args)]
@@ -675,6 +690,10 @@ fn main() -> ExitCode {
         Command::Groups(args) => groups_command(args),
         Command::Commits(args) => commits_command(args),
         Command::Partitions(args) => partitions_command(args),
+        Command::Acls(args) => {
+            acls::run(&args.users, Duration::from_secs_f64(args.seconds));
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -317,7 +317,7 @@ impl Catalog {
             topics: self.replicated(),
             producer_ids: self.producer_ids.get(),
             group_configs: self.group_configs.all(),
-            acls: self.acls.all().as_ref().clone(),
+            acls: self.acls.all().to_vec(),
         }
     }
 
@@ -352,7 +352,7 @@ impl Catalog {
             topics: self.stored(),
             producer_ids: self.producer_ids.get(),
             group_configs: self.group_configs.all(),
-            acls: self.acls.all().as_ref().clone(),
+            acls: self.acls.all().to_vec(),
         };
         let bytes = serde_json::to_vec_pretty(&stored).map_err(std::io::Error::other)?;
         write_atomically(&self.path, &bytes)
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(a.placement(), vec![1, 2, 3, 1, 2]);
         assert_eq!(a.config, cfg);
         assert!(again.get_by_id(t.id).is_some());
-        assert_eq!(*again.acls.all(), vec![acl.clone()]);
+        assert_eq!(again.acls.all().to_vec(), vec![acl.clone()]);
         assert_eq!(again.snapshot().acls, vec![acl]);
         for p in 0..5 {
             assert_eq!(a.partitions[p as usize].shard, shard_for(t.id, p, 2));

@@ -13,10 +13,11 @@
 //! described only by principals allowed to describe every group (a group rule with an empty
 //! prefix), and written, altered or deleted by no one but super users.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
+use super::acl_binding::{applies_to, CLUSTER_NAME, WILDCARD};
+pub use super::acl_binding::{AclBinding, Acls, BindingFilter, PatternType, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS};
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
 
@@ -29,34 +30,6 @@ impl Operation {
     /// The operations `__consumer_offsets` allows to whoever may describe every group.
     fn grants_reading(self) -> bool {
         matches!(self, Operation::Read | Operation::Describe | Operation::DescribeConfigs)
-    }
-}
-
-/// What a request acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resource<'a> {
-    Topic(&'a str),
-    Group(&'a str),
-    Cluster,
-}
-
-impl Resource<'_> {
-    fn kind(&self) -> ResourceType {
-        match self {
-            Resource::Topic(_) => ResourceType::Topic,
-            Resource::Group(_) => ResourceType::Group,
-            Resource::Cluster => ResourceType::Cluster,
-        }
-    }
-
-    /// The operations Kafka reports in `authorized_operations` for this kind of resource.
-    fn reported(&self) -> &'static [Operation] {
-        use Operation::*;
-        match self {
-            Resource::Topic(_) => &[Read, Write, Create, Describe, Delete, Alter, DescribeConfigs, AlterConfigs],
-            Resource::Group(_) => &[Read, Describe, Delete, DescribeConfigs, AlterConfigs],
-            Resource::Cluster => &[Create, Alter, Describe, DescribeConfigs, AlterConfigs, IdempotentWrite],
-        }
     }
 }
 
@@ -107,16 +80,19 @@ impl Authorizer {
         }
         let name = principal.to_string();
         let acls = self.acls.all();
-        let denied = acls.iter().any(|acl| acl.applies(DENY, &name, host) && acl.covers(resource) && denies(acl.operation, operation));
+        let covering = acls.covering(resource);
+        let denied = covering.iter().any(|acl| acl.applies(DENY, &name, host) && denies(acl.operation, operation));
         if denied {
             return false;
         }
         if let Resource::Topic(topic) = resource {
             if topic == crate::cluster::OFFSETS_TOPIC {
-                return operation.grants_reading() && self.granted(&name, host, &acls, Operation::Describe, Resource::Group(""));
+                let every_group = Resource::Group("");
+                return operation.grants_reading()
+                    && self.granted(&name, host, &acls.covering(every_group), Operation::Describe, every_group);
             }
         }
-        self.granted(&name, host, &acls, operation, resource)
+        self.granted(&name, host, &covering, operation, resource)
     }
 
     /// Whether the principal may perform `operation` on some resource of this kind (Kafka's
@@ -128,10 +104,8 @@ impl Authorizer {
         }
         let name = principal.to_string();
         let acls = self.acls.all();
-        let of_kind = |acl: &AclBinding| acl.resource_type == kind.code();
-        let denied = acls.iter().any(|acl| {
+        let denied = acls.of_type(kind).any(|acl| {
             acl.applies(DENY, &name, host)
-                && of_kind(acl)
                 && acl.pattern == PatternType::Literal as i8
                 && acl.name == WILDCARD
                 && denies(acl.operation, operation)
@@ -139,7 +113,7 @@ impl Authorizer {
         !denied
             && (self.config.rules.iter().any(|rule| {
                 applies_to(&rule.principal, &name) && rule.resource == kind && rule.operations.iter().any(|held| held.grants(operation))
-            }) || acls.iter().any(|acl| acl.applies(ALLOW, &name, host) && of_kind(acl) && grants(acl.operation, operation)))
+            }) || acls.of_type(kind).any(|acl| acl.applies(ALLOW, &name, host) && grants(acl.operation, operation)))
     }
 
     /// `authorized_operations` as Kafka encodes it: a bit per allowed operation.
@@ -153,9 +127,10 @@ impl Authorizer {
         self.config.super_users.contains(&name)
     }
 
-    /// Whether a rule or an ALLOW gives the principal named `name` the operation on the
-    /// resource. For `Group("")` as the resource: whether one covers every group.
-    fn granted(&self, name: &str, host: Option<IpAddr>, acls: &[AclBinding], operation: Operation, resource: Resource<'_>) -> bool {
+    /// Whether a rule or an ALLOW among `covering` (the ACLs that cover the resource) gives the
+    /// principal named `name` the operation on the resource. For `Group("")` as the resource:
+    /// whether one covers every group.
+    fn granted(&self, name: &str, host: Option<IpAddr>, covering: &[&AclBinding], operation: Operation, resource: Resource<'_>) -> bool {
         let by_rule = self.config.rules.iter().any(|rule| {
             applies_to(&rule.principal, name)
                 && rule.resource == resource.kind()
@@ -165,221 +140,7 @@ impl Authorizer {
                 }
                 && rule.operations.iter().any(|held| held.grants(operation))
         });
-        by_rule || acls.iter().any(|acl| acl.applies(ALLOW, name, host) && acl.covers(resource) && grants(acl.operation, operation))
-    }
-}
-
-/// Whether a rule or ACL for `holder` (a principal, or `User:*`) applies to the principal `name`.
-fn applies_to(holder: &str, name: &str) -> bool {
-    holder == name || holder == "User:*"
-}
-
-/// How an ACL binding names its resources (Kafka's `PatternType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatternType {
-    /// The name itself; `*` is every resource of the type.
-    Literal = 3,
-    /// Every resource whose name starts with the name.
-    Prefixed = 4,
-}
-
-/// `PatternType` codes a filter may hold besides the patterns' own.
-const PATTERN_ANY: i8 = 1;
-const PATTERN_MATCH: i8 = 2;
-/// `ResourceType`, `AclOperation` and `AclPermissionType` code of "any" in a filter.
-const ANY: i8 = 1;
-/// `AclPermissionType` codes.
-pub const DENY: i8 = 2;
-pub const ALLOW: i8 = 3;
-/// The name Kafka gives the cluster resource.
-const CLUSTER_NAME: &str = "kafka-cluster";
-const WILDCARD: &str = "*";
-/// `AclOperation` codes run from ALL (2) to DESCRIBE_TOKENS (14).
-const OPERATIONS: std::ops::RangeInclusive<i8> = 2..=14;
-/// `ResourceType` codes run from TOPIC (2) to USER (7).
-const RESOURCE_TYPES: std::ops::RangeInclusive<i8> = 2..=7;
-
-impl ResourceType {
-    /// Kafka's `ResourceType` code.
-    pub fn code(self) -> i8 {
-        match self {
-            ResourceType::Topic => 2,
-            ResourceType::Group => 3,
-            ResourceType::Cluster => 4,
-        }
-    }
-}
-
-/// Kafka's ACL binding: a pattern of resources, and what one principal from one host (or `*`) is
-/// allowed or denied on them. Codes are Kafka's, so ACLs on resources corral does not check
-/// (transactional ids, tokens, users) are kept and listed as Kafka keeps them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct AclBinding {
-    pub resource_type: i8,
-    pub name: String,
-    pub pattern: i8,
-    pub principal: String,
-    pub host: String,
-    pub operation: i8,
-    pub permission: i8,
-}
-
-impl AclBinding {
-    /// Refuses what Kafka refuses in CreateAcls, with its messages.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.resource_type == ResourceType::Cluster.code() && self.name != CLUSTER_NAME {
-            return Err(format!("The only valid name for the CLUSTER resource is {CLUSTER_NAME}"));
-        }
-        if self.name.is_empty() {
-            return Err("Invalid empty resource name".to_string());
-        }
-        if !RESOURCE_TYPES.contains(&self.resource_type) {
-            return Err(format!("Invalid resourceType {}", resource_type_name(self.resource_type)));
-        }
-        if self.pattern != PatternType::Literal as i8 && self.pattern != PatternType::Prefixed as i8 {
-            return Err(format!("Invalid patternType {}", pattern_type_name(self.pattern)));
-        }
-        if !OPERATIONS.contains(&self.operation) {
-            return Err(format!("Invalid operation {}", if self.operation == ANY { "ANY" } else { "UNKNOWN" }));
-        }
-        if self.permission != ALLOW && self.permission != DENY {
-            return Err(format!("Invalid permissionType {}", if self.permission == ANY { "ANY" } else { "UNKNOWN" }));
-        }
-        match self.principal.split_once(':') {
-            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Ok(()),
-            _ => Err(format!("Invalid principal {:?}: expected a type and a name, such as User:alice", self.principal)),
-        }
-    }
-
-    /// Whether this is an ACL of `permission` for the principal named `name` connected from
-    /// `host`. An unknown host matches only ACLs for any host, but every DENY.
-    fn applies(&self, permission: i8, name: &str, host: Option<IpAddr>) -> bool {
-        self.permission == permission
-            && applies_to(&self.principal, name)
-            && (self.host == WILDCARD || host.map_or(permission == DENY, |ip| self.host == ip.to_string()))
-    }
-
-    /// Whether the pattern covers the resource. `Group("")` is covered only by the wildcard.
-    fn covers(&self, resource: Resource<'_>) -> bool {
-        if self.resource_type != resource.kind().code() {
-            return false;
-        }
-        let name = match resource {
-            Resource::Topic(n) | Resource::Group(n) => n,
-            Resource::Cluster => CLUSTER_NAME,
-        };
-        match self.pattern {
-            p if p == PatternType::Literal as i8 => self.name == name || self.name == WILDCARD,
-            p if p == PatternType::Prefixed as i8 => name.starts_with(&self.name),
-            _ => false,
-        }
-    }
-}
-
-fn resource_type_name(code: i8) -> &'static str {
-    ["UNKNOWN", "ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "DELEGATION_TOKEN", "USER"]
-        .get(code.max(0) as usize)
-        .unwrap_or(&"UNKNOWN")
-}
-
-fn pattern_type_name(code: i8) -> &'static str {
-    ["UNKNOWN", "ANY", "MATCH", "LITERAL", "PREFIXED"].get(code.max(0) as usize).unwrap_or(&"UNKNOWN")
-}
-
-/// The ACLs made with CreateAcls, as the metadata group has applied them on this node: read by
-/// every request's check, changed only by the metadata group.
-#[derive(Debug, Default)]
-pub struct Acls(RwLock<Arc<Vec<AclBinding>>>);
-
-/// How many ACLs the cluster keeps: enough for any deployment, and a bound on what CreateAcls
-/// can make every node hold.
-pub const MAX_ACLS: usize = 100_000;
-
-impl Acls {
-    pub fn new(all: Vec<AclBinding>) -> Acls {
-        Acls(RwLock::new(Arc::new(all)))
-    }
-
-    pub fn all(&self) -> Arc<Vec<AclBinding>> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Adds those of `new` not held yet, up to [`MAX_ACLS`].
-    pub fn add(&self, new: &[AclBinding]) {
-        self.change(|all| {
-            let mut held: HashSet<AclBinding> = all.iter().cloned().collect();
-            for acl in new {
-                if held.len() < MAX_ACLS && held.insert(acl.clone()) {
-                    all.push(acl.clone());
-                }
-            }
-        })
-    }
-
-    pub fn remove(&self, gone: &[AclBinding]) {
-        let gone: HashSet<&AclBinding> = gone.iter().collect();
-        self.change(|all| all.retain(|acl| !gone.contains(acl)))
-    }
-
-    /// Makes the ACLs exactly `all` (a metadata snapshot installed).
-    pub fn replace(&self, all: Vec<AclBinding>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(all);
-    }
-
-    /// Copies, changes and publishes: a check in progress keeps the set it started with.
-    fn change(&self, edit: impl FnOnce(&mut Vec<AclBinding>)) {
-        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
-        let mut all = current.as_ref().clone();
-        edit(&mut all);
-        *current = Arc::new(all);
-    }
-}
-
-/// A DescribeAcls or DeleteAcls filter: each field is a code or a name to match, or "any".
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BindingFilter<'a> {
-    pub resource_type: i8,
-    pub name: Option<&'a str>,
-    pub pattern_type: i8,
-    pub principal: Option<&'a str>,
-    pub host: Option<&'a str>,
-    pub operation: i8,
-    pub permission: i8,
-}
-
-/// Why a filter that is not [`BindingFilter::is_valid`] is refused (INVALID_REQUEST). Kafka closes
-/// the connection as it parses one.
-pub const INVALID_FILTER: &str = "The filter holds an UNKNOWN resource type, pattern type, operation or permission.";
-
-impl BindingFilter<'_> {
-    /// A filter holding a code Kafka does not know (or UNKNOWN, 0) is invalid, as in Kafka.
-    pub fn is_valid(&self) -> bool {
-        (1..=7).contains(&self.resource_type)
-            && (1..=4).contains(&self.pattern_type)
-            && (1..=14).contains(&self.operation)
-            && (1..=3).contains(&self.permission)
-    }
-
-    /// Kafka's `AclBindingFilter.matches`. MATCH with a name: the literal name, the literal
-    /// wildcard, and every prefix of the name; ANY or a pattern type with a name: that exact name.
-    pub fn matches(&self, b: &AclBinding) -> bool {
-        let pattern_matches = match self.pattern_type {
-            PATTERN_ANY | PATTERN_MATCH => true,
-            code => code == b.pattern,
-        };
-        let name_matches = match self.name {
-            None => true,
-            Some(name) if self.pattern_type != PATTERN_MATCH => name == b.name,
-            Some(name) if b.pattern == PatternType::Literal as i8 => name == b.name || b.name == WILDCARD,
-            Some(name) => name.starts_with(&b.name),
-        };
-        (self.resource_type == ANY || self.resource_type == b.resource_type)
-            && pattern_matches
-            && name_matches
-            && self.principal.is_none_or(|p| p == b.principal)
-            && self.host.is_none_or(|h| h == b.host)
-            && (self.operation == ANY || self.operation == b.operation)
-            && (self.permission == ANY || self.permission == b.permission)
+        by_rule || covering.iter().any(|acl| acl.applies(ALLOW, name, host) && grants(acl.operation, operation))
     }
 }
 
@@ -411,6 +172,8 @@ impl Authorizer {
 
 #[cfg(test)]
 mod tests {
+    use super::super::acl_binding::tests::acl;
+    use super::super::acl_binding::{pattern_type_name, resource_type_name, ANY, PATTERN_ANY, PATTERN_MATCH};
     use super::*;
 
     fn authorizer(text: &str) -> Authorizer {
@@ -524,18 +287,6 @@ mod tests {
         );
     }
 
-    fn acl(resource_type: i8, name: &str, pattern: PatternType, principal: &str, operation: Operation, permission: i8) -> AclBinding {
-        AclBinding {
-            resource_type,
-            name: name.to_string(),
-            pattern: pattern as i8,
-            principal: principal.to_string(),
-            host: WILDCARD.to_string(),
-            operation: operation as i8,
-            permission,
-        }
-    }
-
     #[test]
     fn acls_allow_and_deny_beside_the_rules() {
         let acls = Arc::new(Acls::default());
@@ -584,23 +335,6 @@ mod tests {
         assert!(!a.allows(&bob, Operation::Read, offsets));
         acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
         assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");
-    }
-
-    #[test]
-    fn new_acls_are_checked_as_kafka_checks_them() {
-        let good = acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW);
-        assert_eq!(good.validate(), Ok(()));
-        let refused = |b: AclBinding| b.validate().unwrap_err();
-        assert_eq!(
-            refused(AclBinding { name: "x".into(), ..acl(4, "", PatternType::Literal, "User:b", Operation::Alter, ALLOW) }),
-            "The only valid name for the CLUSTER resource is kafka-cluster"
-        );
-        assert_eq!(refused(AclBinding { name: String::new(), ..good.clone() }), "Invalid empty resource name");
-        assert_eq!(refused(AclBinding { resource_type: ANY, ..good.clone() }), "Invalid resourceType ANY");
-        assert_eq!(refused(AclBinding { pattern: PATTERN_MATCH, ..good.clone() }), "Invalid patternType MATCH");
-        assert_eq!(refused(AclBinding { operation: ANY, ..good.clone() }), "Invalid operation ANY");
-        assert_eq!(refused(AclBinding { permission: 0, ..good.clone() }), "Invalid permissionType UNKNOWN");
-        assert!(refused(AclBinding { principal: "bob".into(), ..good.clone() }).contains("expected a type and a name"));
     }
 
     #[test]

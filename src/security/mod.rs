@@ -8,6 +8,7 @@
 //! it, a TLS connection's session is then handed to the kernel ([`kernel_tls`]).
 
 pub mod acl;
+pub mod acl_binding;
 pub(crate) mod admin_token;
 pub mod credentials;
 pub(crate) mod kernel_tls;
