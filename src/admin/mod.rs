@@ -10,7 +10,8 @@
 //! - `GET /`: the groups page (`page.html`), which reads the groups API.
 //!
 //! With `admin.bearer_token_file`, every request but the health probes and the page (which holds
-//! no data) must carry `Authorization: Bearer <token>`; without it the answer is 401.
+//! no data) must carry `Authorization: Bearer <token>`; without it the answer is 401. The page
+//! asks for the token then, and sends it with its reads of the groups API.
 
 pub(crate) mod client;
 mod group_metrics;
@@ -111,7 +112,8 @@ async fn route(req: Request<Incoming>, node: Arc<Node>, metrics: Option<Promethe
         _ => groups::Scope::Cluster,
     };
     let path = req.uri().path();
-    let open = matches!(path, "/health/live" | "/health/ready" | "/");
+    // The probes, the page, and the icon a browser asks for with it (404): they hold no data.
+    let open = matches!(path, "/health/live" | "/health/ready" | "/" | "/favicon.ico");
     if let Some(token) = node.admin_token.as_ref().filter(|_| !open) {
         if !token.admits(req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes())) {
             crate::metrics::admin_request_unauthorized();

@@ -1,7 +1,9 @@
 """A bearer token on the admin listener (`admin.bearer_token_file`).
 
 Metrics and the groups API answer 401 without the token or with another (each one counted in
-`corral_admin_requests_unauthorized_total`); the health probes and the page answer without it. A rotated token file takes effect without a restart. `corral groups`
+`corral_admin_requests_unauthorized_total`); the health probes and the page answer without it.
+The page asks for the token, or takes it from its address's fragment, and reads the groups with
+it (headless Chromium). A rotated token file takes effect without a restart. `corral groups`
 sends the token with `--token-file`, and in a 3-node cluster any node answers `/v1/groups` for the
 whole cluster, asking the others with the token they share. A missing token file stops the start
 with a message naming the key.
@@ -10,12 +12,14 @@ with a message naming the key.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
 
 from cluster import Cluster
+from test_groups_page import chromium, text_of
 
 TOKEN = "first-7d1f0c2e9b"
 ROTATED = "second-0a55e1f3c4"
@@ -94,3 +98,28 @@ def test_a_missing_token_file_stops_the_start(corral_bin, tmp_path):
     checked = subprocess.run([str(corral_bin), "check-config", str(config)], capture_output=True, text=True, timeout=30)
     assert checked.returncode == 2, checked
     assert "admin.bearer_token_file" in checked.stderr, checked.stderr
+
+
+def test_the_page_asks_for_the_token_and_reads_the_groups_with_it(corral_factory, tmp_path):
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(TOKEN + "\n")
+    node = corral_factory(config=token_config(token_file))
+    # Without the token, the page shows its form for one (and no listing).
+    asked = chromium(tmp_path, f"http://{node.admin}/", "--dump-dom").stdout
+    assert "<form" in asked and "This node asks for a bearer token (admin.bearer_token_file). " in text_of(asked), asked
+    assert not re.search(r"\b\d+ groups\b", text_of(asked)), asked
+    # With it in the address's fragment, the page reads /v1/groups with it.
+    before = unauthorized(node)
+    shown = chromium(tmp_path, f"http://{node.admin}/#token={TOKEN}", "--dump-dom").stdout
+    assert re.search(r"\b0 groups\b", text_of(shown)) and "<form" not in shown, shown
+    assert unauthorized(node) == before, "no request of the page's was refused"
+    # A wrong one is refused, and the form says so.
+    refused = chromium(tmp_path, f"http://{node.admin}/#token=not-the-token", "--dump-dom").stdout
+    assert "<form" in refused and "bearer token (admin.bearer_token_file): the token was refused." in text_of(refused), refused
+
+
+def unauthorized(node) -> float:
+    status, metrics, _ = get(node.admin, "/metrics", TOKEN)
+    assert status == 200
+    (value,) = [line.split()[-1] for line in metrics.splitlines() if line.startswith("corral_admin_requests_unauthorized_total")]
+    return float(value)
