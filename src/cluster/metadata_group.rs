@@ -426,13 +426,16 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             catalog.group_configs.set(&group, config);
             tracing::info!(%group, ?config, "changed group configs");
         }
+        // A count at info: one request may hold thousands; the bindings themselves at debug.
         TopicChange::CreateAcls { acls } => {
             catalog.acls.add(&acls);
-            tracing::info!(?acls, "created ACLs");
+            tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
+            tracing::debug!(?acls, "created ACLs");
         }
         TopicChange::DeleteAcls { acls } => {
             catalog.acls.remove(&acls);
-            tracing::info!(?acls, "deleted ACLs");
+            tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "deleted ACLs");
+            tracing::debug!(?acls, "deleted ACLs");
         }
     }
 }
