@@ -164,6 +164,8 @@ pub struct Catalog {
     pub group_configs: SharedGroupOverrides,
     /// The ACLs made with CreateAcls; the authorizer reads them.
     pub acls: Arc<Acls>,
+    /// What DeleteAcls entries proposed here removed, for their handlers.
+    pub acl_deletions: super::acls::Deletions,
 }
 
 impl Catalog {
@@ -197,6 +199,7 @@ impl Catalog {
             producer_ids: ReplicatedProducerIds(Mutex::new(producer_ids)),
             group_configs: SharedGroupOverrides::default(),
             acls: Arc::new(Acls::new(acls)),
+            acl_deletions: Default::default(),
         };
         for (group, overrides) in group_configs {
             catalog.group_configs.set(&group, overrides);

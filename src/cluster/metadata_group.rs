@@ -33,7 +33,7 @@ use crate::node::Node;
 use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
 use crate::runtime::{Shard, ShardId};
-use crate::security::acl::AclBinding;
+use crate::security::acl::{AclBinding, AclFilter};
 
 pub use crate::raft::METADATA_GROUP;
 /// The shard that hosts the metadata group.
@@ -80,9 +80,12 @@ pub enum TopicChange {
     CreateAcls {
         acls: Vec<AclBinding>,
     },
-    /// ACLs removed (DeleteAcls): the ones its filters matched on the node that proposed it.
+    /// ACLs removed (DeleteAcls): those the filters match when the entry is applied, so every
+    /// node removes the same ones whatever the proposing node had applied when it was asked.
+    /// `id` names the request, for the proposing node to read what was removed.
     DeleteAcls {
-        acls: Vec<AclBinding>,
+        id: Uuid,
+        filters: Vec<AclFilter>,
     },
 }
 
@@ -109,7 +112,8 @@ impl TopicChange {
             TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
             TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
             TopicChange::CreateAcls { acls } => return acls.iter().try_for_each(AclBinding::validate),
-            TopicChange::DeleteAcls { .. } => return Ok(()),
+            TopicChange::DeleteAcls { filters, .. } if filters.iter().all(|f| f.borrowed().is_valid()) => return Ok(()),
+            TopicChange::DeleteAcls { .. } => return Err("an ACL filter holds an UNKNOWN code".to_string()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
             TopicChange::AllocateProducerIds { node } => {
                 return Err(format!("producer ids for node {node}, which is not in [cluster] nodes"))
@@ -432,10 +436,11 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
             tracing::debug!(?acls, "created ACLs");
         }
-        TopicChange::DeleteAcls { acls } => {
-            catalog.acls.remove(&acls);
-            tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "deleted ACLs");
-            tracing::debug!(?acls, "deleted ACLs");
+        TopicChange::DeleteAcls { id, filters } => {
+            let matched = catalog.acls.remove_matching(&filters);
+            tracing::info!(filters = filters.len(), held = catalog.acls.all().len(), "deleted ACLs");
+            tracing::debug!(?matched, "deleted ACLs");
+            catalog.acl_deletions.complete(id, matched);
         }
     }
 }

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::acl_binding::{applies_to, CLUSTER_NAME, WILDCARD};
-pub use super::acl_binding::{AclBinding, Acls, BindingFilter, PatternType, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS};
+pub use super::acl_binding::{AclBinding, AclFilter, Acls, BindingFilter, PatternType, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS};
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
 
@@ -331,7 +331,17 @@ mod tests {
         assert!(a.allows(&bob, Operation::Read, offsets));
         // Listed after the rules; deleted exactly.
         assert_eq!(a.bindings().len(), 7 + 7);
-        acls.remove(&[acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]);
+        let describe_groups = BindingFilter {
+            resource_type: 3,
+            name: Some("*"),
+            pattern_type: PatternType::Literal as i8,
+            principal: Some("User:bob"),
+            host: None,
+            operation: Operation::Describe as i8,
+            permission: ALLOW,
+        };
+        let removed = acls.remove_matching(&[AclFilter::of(&describe_groups)]);
+        assert_eq!(removed, [vec![acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]]);
         assert!(!a.allows(&bob, Operation::Read, offsets));
         acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
         assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");

@@ -127,11 +127,15 @@ impl AclBinding {
     }
 
     /// Whether this is an ACL of `permission` for the principal named `name` connected from
-    /// `host`. An unknown host matches only ACLs for any host, but every DENY.
+    /// `host`. An unknown host matches only ACLs for any host, but every DENY. Addresses are
+    /// compared as addresses: `10.0.0.1` is the client `::ffff:10.0.0.1` of a dual-stack
+    /// listener, and `0:0:0:0:0:0:0:1` (as Java writes it) is `::1`.
     pub(super) fn applies(&self, permission: i8, name: &str, host: Option<IpAddr>) -> bool {
-        self.permission == permission
-            && applies_to(&self.principal, name)
-            && (self.host == WILDCARD || host.map_or(permission == DENY, |ip| self.host == ip.to_string()))
+        let from_host = || match host {
+            None => permission == DENY,
+            Some(ip) => self.host.parse::<IpAddr>().is_ok_and(|acl| acl.to_canonical() == ip.to_canonical()),
+        };
+        self.permission == permission && applies_to(&self.principal, name) && (self.host == WILDCARD || from_host())
     }
 
     /// Whether the pattern covers the resource. `Group("")` is covered only by the wildcard.
@@ -190,9 +194,15 @@ impl Acls {
         })
     }
 
-    pub fn remove(&self, gone: &[AclBinding]) {
-        let gone: HashSet<&AclBinding> = gone.iter().collect();
-        self.change(|all| all.retain(|acl| !gone.contains(acl)))
+    /// Removes every ACL one of the filters matches; returns what each matched.
+    pub fn remove_matching(&self, filters: &[AclFilter]) -> Vec<Vec<AclBinding>> {
+        let mut matched = Vec::with_capacity(filters.len());
+        self.change(|all| {
+            let filters: Vec<BindingFilter<'_>> = filters.iter().map(AclFilter::borrowed).collect();
+            matched = filters.iter().map(|f| all.iter().filter(|acl| f.matches(acl)).cloned().collect()).collect();
+            all.retain(|acl| !filters.iter().any(|f| f.matches(acl)));
+        });
+        matched
     }
 
     /// Makes the ACLs exactly `all` (a metadata snapshot installed).
@@ -289,6 +299,45 @@ pub struct BindingFilter<'a> {
     pub permission: i8,
 }
 
+/// A [`BindingFilter`] that owns its names, as a DeleteAcls entry of the metadata log holds it:
+/// the filters are matched when the entry is applied, against the ACLs every node then holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AclFilter {
+    pub resource_type: i8,
+    pub name: Option<String>,
+    pub pattern_type: i8,
+    pub principal: Option<String>,
+    pub host: Option<String>,
+    pub operation: i8,
+    pub permission: i8,
+}
+
+impl AclFilter {
+    pub fn of(f: &BindingFilter<'_>) -> AclFilter {
+        AclFilter {
+            resource_type: f.resource_type,
+            name: f.name.map(str::to_string),
+            pattern_type: f.pattern_type,
+            principal: f.principal.map(str::to_string),
+            host: f.host.map(str::to_string),
+            operation: f.operation,
+            permission: f.permission,
+        }
+    }
+
+    pub fn borrowed(&self) -> BindingFilter<'_> {
+        BindingFilter {
+            resource_type: self.resource_type,
+            name: self.name.as_deref(),
+            pattern_type: self.pattern_type,
+            principal: self.principal.as_deref(),
+            host: self.host.as_deref(),
+            operation: self.operation,
+            permission: self.permission,
+        }
+    }
+}
+
 /// Why a filter that is not [`BindingFilter::is_valid`] is refused (INVALID_REQUEST). Kafka closes
 /// the connection as it parses one.
 pub const INVALID_FILTER: &str = "The filter holds an UNKNOWN resource type, pattern type, operation or permission.";
@@ -363,6 +412,19 @@ pub(super) mod tests {
         assert_eq!(refused(AclBinding { operation: ANY, ..good.clone() }), "Invalid operation ANY");
         assert_eq!(refused(AclBinding { permission: 0, ..good.clone() }), "Invalid permissionType UNKNOWN");
         assert!(refused(AclBinding { principal: "bob".into(), ..good.clone() }).contains("expected a type and a name"));
+    }
+
+    #[test]
+    fn hosts_are_compared_as_addresses() {
+        let from =
+            |host: &str| AclBinding { host: host.to_string(), ..acl(2, "t", PatternType::Literal, "User:a", Operation::Read, ALLOW) };
+        let ip = |text: &str| Some(text.parse::<IpAddr>().unwrap());
+        assert!(from("10.0.0.7").applies(ALLOW, "User:a", ip("::ffff:10.0.0.7")), "an IPv4 client of a dual-stack listener");
+        assert!(from("0:0:0:0:0:0:0:1").applies(ALLOW, "User:a", ip("::1")), "IPv6 as Java writes it");
+        assert!(!from("10.0.0.7").applies(ALLOW, "User:a", ip("10.0.0.8")));
+        assert!(!from("not-an-address").applies(ALLOW, "User:a", ip("10.0.0.8")));
+        assert!(from("*").applies(ALLOW, "User:a", None) && !from("10.0.0.7").applies(ALLOW, "User:a", None));
+        assert!(AclBinding { permission: DENY, ..from("10.0.0.7") }.applies(DENY, "User:a", None), "every DENY applies to an unknown host");
     }
 
     #[test]

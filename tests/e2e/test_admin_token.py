@@ -116,6 +116,9 @@ def test_the_page_asks_for_the_token_and_reads_the_groups_with_it(corral_factory
     # A wrong one is refused, and the form says so.
     refused = chromium(tmp_path, f"http://{node.admin}/#token=not-the-token", "--dump-dom").stdout
     assert "<form" in refused and "bearer token (admin.bearer_token_file): the token was refused." in text_of(refused), refused
+    # Nor does a fragment that is not percent-encoding stop the page.
+    odd = chromium(tmp_path, f"http://{node.admin}/#token=ab%zz", "--dump-dom").stdout
+    assert "<form" in odd and "the token was refused" in text_of(odd), odd
 
 
 def unauthorized(node) -> float:
