@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+import test_acls_reference as raw
 from security import LISTENING
 from test_cluster_topics import controller
 from test_authorization import (  # noqa: F401 (node is a fixture)
@@ -253,6 +254,13 @@ def test_acls_reach_every_node_and_one_that_was_down(secured_cluster):
     assert produce_until(cluster.bootstrap, topic, 2, KafkaError.TOPIC_AUTHORIZATION_FAILED) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     listed = bindings(AdminClient({"bootstrap.servers": direct}), any_filter(permission_type=AclPermissionType.DENY))
     assert listed == [("TOPIC", topic, "LITERAL", "User:ANONYMOUS", "*", "WRITE", "DENY")], listed
+
+    # A raw DeleteAcls to a node that does not lead the metadata group: forwarded, matched where
+    # applied, and the node asked lists what was removed.
+    follower = next(i for i in range(3) if i != controller(cluster))
+    (removed,) = raw.delete(f"127.0.0.1:{cluster.kafka[follower]}", raw.acl_filter(kind=raw.TOPIC, name=topic, permission=raw.DENY))
+    assert removed[:2] == (0, None) and [acl[:7] for acl in removed[2]] == [(raw.TOPIC, topic, raw.LITERAL, "User:ANONYMOUS", "*", raw.WRITE, raw.DENY)], removed
+    assert produce_until(cluster.bootstrap, topic, 2, None) is None
 
 
 # --- KafkaJS --------------------------------------------------------------------------------------
