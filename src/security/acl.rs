@@ -13,6 +13,7 @@
 //! described only by principals allowed to describe every group (a group rule with an empty
 //! prefix), and written, altered or deleted by no one but super users.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -96,24 +97,46 @@ impl Authorizer {
     }
 
     /// Whether the principal may perform `operation` on some resource of this kind (Kafka's
-    /// `authorizeByResourceType`: an idempotent producer needs WRITE on any topic).
-    /// A DENY of the operation on every resource of the kind (the LITERAL wildcard) refuses it.
+    /// `authorizeByResourceType`: an idempotent producer needs WRITE on any topic). As in Kafka,
+    /// only the operation itself and ALL count, and a DENY overrides the ALLOWs it dominates: a
+    /// DENY on the LITERAL wildcard every one, a DENY on a name the ALLOW on that literal name,
+    /// and a DENY on a prefix every ALLOW whose name starts with it. An ALLOW on the wildcard
+    /// (or a rule for every name) stands against any DENY but the wildcard's.
     pub fn allows_some(&self, principal: &Principal, host: Option<IpAddr>, operation: Operation, kind: ResourceType) -> bool {
         if self.is_open() || self.is_super_user(principal) {
             return true;
         }
         let name = principal.to_string();
         let acls = self.acls.all();
-        let denied = acls.of_type(kind).any(|acl| {
-            acl.applies(DENY, &name, host)
-                && acl.pattern == PatternType::Literal as i8
-                && acl.name == WILDCARD
-                && denies(acl.operation, operation)
-        });
-        !denied
-            && (self.config.rules.iter().any(|rule| {
-                applies_to(&rule.principal, &name) && rule.resource == kind && rule.operations.iter().any(|held| held.grants(operation))
-            }) || acls.of_type(kind).any(|acl| acl.applies(ALLOW, &name, host) && grants(acl.operation, operation)))
+        let counts = |code: i8| code == operation as i8 || code == Operation::All as i8;
+        let (mut denied_names, mut denied_prefixes) = (HashSet::new(), HashSet::new());
+        // (LITERAL, name) of each ALLOW; the wildcard apart.
+        let mut allowed: Vec<(bool, &str)> = Vec::new();
+        let mut allowed_everywhere = false;
+        for acl in acls.of_type(kind).filter(|acl| counts(acl.operation)) {
+            let literal = acl.pattern == PatternType::Literal as i8;
+            if acl.applies(DENY, &name, host) {
+                match literal {
+                    true if acl.name == WILDCARD => return false,
+                    true => denied_names.insert(acl.name.as_str()),
+                    false => denied_prefixes.insert(acl.name.as_str()),
+                };
+            } else if acl.applies(ALLOW, &name, host) {
+                allowed_everywhere |= literal && acl.name == WILDCARD;
+                allowed.push((literal, acl.name.as_str()));
+            }
+        }
+        for rule in &self.config.rules {
+            if applies_to(&rule.principal, &name) && rule.resource == kind && rule.operations.iter().any(|held| counts(*held as i8)) {
+                allowed_everywhere |= rule.prefix.is_empty();
+                allowed.push((false, rule.prefix.as_str()));
+            }
+        }
+        let dominated = |(literal, allowed): &(bool, &str)| {
+            (*literal && denied_names.contains(allowed))
+                || (1..=allowed.len()).filter_map(|end| allowed.get(..end)).any(|prefix| denied_prefixes.contains(prefix))
+        };
+        allowed_everywhere || allowed.iter().any(|a| !dominated(a))
     }
 
     /// `authorized_operations` as Kafka encodes it: a bit per allowed operation.
@@ -345,6 +368,37 @@ mod tests {
         assert!(!a.allows(&bob, Operation::Read, offsets));
         acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
         assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");
+    }
+
+    #[test]
+    fn some_resource_of_a_kind_as_kafka_weighs_it() {
+        let acls = Arc::new(Acls::default());
+        let config: AuthorizationConfig =
+            toml::from_str(r#"rules = [{ principal = "User:carol", resource = "topic", prefix = "payments.", operations = ["write"] }]"#)
+                .unwrap();
+        let a = Authorizer::new(&config, acls.clone());
+        let some = |who: &str| a.allows_some(&Principal::user(who), None, Operation::Write, ResourceType::Topic);
+        let write = |name: &str, pattern: PatternType, who: &str, permission: i8| acl(2, name, pattern, who, Operation::Write, permission);
+        assert!(some("carol"), "a rule's prefix");
+        assert!(!some("bob"));
+        acls.add(&[write("orders", PatternType::Literal, "User:bob", ALLOW)]);
+        assert!(some("bob"));
+        acls.add(&[write("ord", PatternType::Prefixed, "User:bob", DENY)]);
+        assert!(!some("bob"), "a DENY on a prefix of the ALLOW's name dominates it");
+        acls.add(&[write("queue.", PatternType::Prefixed, "User:bob", ALLOW), write("queue.x", PatternType::Literal, "User:bob", DENY)]);
+        assert!(some("bob"), "a DENY on one name leaves the prefix ALLOW");
+        acls.add(&[write("queue", PatternType::Prefixed, "User:bob", DENY)]);
+        assert!(!some("bob"));
+        acls.add(&[write("*", PatternType::Literal, "User:bob", ALLOW)]);
+        assert!(some("bob"), "the wildcard ALLOW stands against prefix DENYs");
+        acls.add(&[write("*", PatternType::Literal, "User:bob", DENY)]);
+        assert!(!some("bob"), "the wildcard DENY refuses every one");
+        acls.add(&[write("pay", PatternType::Prefixed, "User:carol", DENY)]);
+        assert!(!some("carol"), "a DENY dominates a rule's prefix too");
+        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::Read, ALLOW)]);
+        assert!(!some("dave"), "only the operation itself and ALL count");
+        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::All, ALLOW)]);
+        assert!(some("dave"));
     }
 
     #[test]

@@ -338,3 +338,34 @@ def test_kafka_python_creates_describes_and_deletes(node):
         assert error_codes(produce(as_user(node, "bob"), topic, 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     finally:
         admin.close()
+
+
+def idempotent_produce(config: dict, topic: str) -> int | None:
+    """One record from a new idempotent producer: None when acknowledged, else the error code.
+    confluent-kafka raises librdkafka's fatal error from `flush`, inside the delivery callback
+    (a SystemError whose context is the KafkaException)."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({**config, "enable.idempotence": True, "message.timeout.ms": 10000})
+    try:
+        producer.produce(topic, b"v", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(20)
+    except (KafkaException, SystemError) as e:
+        raised = e if isinstance(e, KafkaException) else (e.__context__ or e.__cause__)
+        assert isinstance(raised, KafkaException), e
+        return raised.args[0].code()
+    assert len(outcome) == 1, "no delivery report"
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def test_an_idempotent_producer_needs_a_write_no_deny_dominates(node):
+    """InitProducerId of an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on
+    some topic (KIP-679), weighed as Kafka weighs it: a DENY on a prefix of the ALLOW's name
+    overrides it."""
+    topic = f"orders.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    admin, bob = AdminClient(as_user(node, "admin")), as_user(node, "bob")
+    assert list(create(admin, acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.WRITE)).values()) == [None]
+    assert idempotent_produce(bob, topic) is None
+    deny = acl(ResourceType.TOPIC, "orders.", "User:bob", AclOperation.WRITE, AclPermissionType.DENY, pattern=ResourcePatternType.PREFIXED)
+    assert list(create(admin, deny).values()) == [None]
+    assert idempotent_produce(bob, topic) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
