@@ -13,6 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
+use crate::node::Node;
 use crate::protocol::RequestContext;
 use crate::security::acl::{AclBinding, Operation, Resource};
 
@@ -27,11 +28,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let response = CreateAclsResponse::default().with_results(vec![result; request.creations.len()]);
         Ok(Handled::Now(ctx.respond(&response)))
     };
-    if node.authorizer.is_open() {
-        return refused(ResponseError::SecurityDisabled, "No Authorizer is configured.");
-    }
-    if !node.allows(&ctx, Operation::Alter, Resource::Cluster) {
-        return refused(ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.");
+    if let Some((error, message)) = refusal(&node, &ctx) {
+        return refused(error, message);
     }
     let bindings: Vec<Result<AclBinding, String>> = request.creations.iter().map(binding).map(|b| b.validate().map(|()| b)).collect();
     Ok(Handled::Later(Box::pin(async move {
@@ -50,6 +48,18 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             .collect();
         ctx.respond(&CreateAclsResponse::default().with_results(results))
     })))
+}
+
+/// Why CreateAcls and DeleteAcls are refused whole, if they are: SECURITY_DISABLED without
+/// `[authorization]`, as Kafka without an authorizer; ALTER on the cluster, as Kafka asks.
+pub(super) fn refusal(node: &Node, ctx: &RequestContext) -> Option<(ResponseError, &'static str)> {
+    if node.authorizer.is_open() {
+        Some((ResponseError::SecurityDisabled, "No Authorizer is configured."))
+    } else if !node.allows(ctx, Operation::Alter, Resource::Cluster) {
+        Some((ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed."))
+    } else {
+        None
+    }
 }
 
 fn binding(creation: &AclCreation) -> AclBinding {

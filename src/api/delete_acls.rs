@@ -13,7 +13,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::security::acl::{AclBinding, BindingFilter, Operation, Resource, INVALID_FILTER};
+use crate::security::acl::{AclBinding, BindingFilter, INVALID_FILTER};
 
 /// v0 was removed by Kafka 4 (KIP-896).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteAcls, DeleteAclsRequest, 1, 3);
@@ -26,11 +26,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let response = DeleteAclsResponse::default().with_filter_results(vec![result; request.filters.len()]);
         Ok(Handled::Now(ctx.respond(&response)))
     };
-    if node.authorizer.is_open() {
-        return refused(ResponseError::SecurityDisabled, "No Authorizer is configured.");
-    }
-    if !node.allows(&ctx, Operation::Alter, Resource::Cluster) {
-        return refused(ResponseError::ClusterAuthorizationFailed, "Cluster authorization failed.");
+    if let Some((error, message)) = super::create_acls::refusal(&node, &ctx) {
+        return refused(error, message);
     }
     Ok(Handled::Later(Box::pin(async move {
         let filters: Vec<BindingFilter<'_>> = request.filters.iter().map(filter).collect();

@@ -23,7 +23,8 @@ pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), Topic
     let held = node.catalog.acls.all();
     let mut seen: HashSet<&AclBinding> = HashSet::new();
     let acls: Vec<AclBinding> = acls.iter().filter(|acl| seen.insert(acl)).cloned().collect();
-    let new = acls.iter().filter(|acl| !held.contains(acl)).count();
+    let held_set: HashSet<&AclBinding> = held.iter().collect();
+    let new = acls.iter().filter(|acl| !held_set.contains(acl)).count();
     if held.len() + new > MAX_ACLS {
         return Err(TopicError::PolicyViolation(format!("the cluster would hold more than {MAX_ACLS} ACLs")));
     }

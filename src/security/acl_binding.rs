@@ -200,7 +200,8 @@ impl Acls {
         self.change(|all| {
             let filters: Vec<BindingFilter<'_>> = filters.iter().map(AclFilter::borrowed).collect();
             matched = filters.iter().map(|f| all.iter().filter(|acl| f.matches(acl)).cloned().collect()).collect();
-            all.retain(|acl| !filters.iter().any(|f| f.matches(acl)));
+            let gone: HashSet<&AclBinding> = matched.iter().flatten().collect();
+            all.retain(|acl| !gone.contains(acl));
         });
         matched
     }
