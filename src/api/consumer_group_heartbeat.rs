@@ -59,7 +59,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             upstream.mark_stale();
         }
     }
-    let answer = services.groups().consumer_heartbeat(beat, ctx.principal()).await;
+    let answer = services.groups().consumer_heartbeat(beat, ctx.caller()).await;
     Ok(Handled::Later(Box::pin(async move {
         let answer = answer.await.unwrap_or_else(|e| HeartbeatAnswer {
             error: e.code(),

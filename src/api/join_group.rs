@@ -37,7 +37,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         version,
     };
     let member_id = join.member_id.clone();
-    let answer = services.groups().join(join, ctx.principal()).await;
+    let answer = services.groups().join(join, ctx.caller()).await;
     Ok(Handled::Later(Box::pin(async move {
         let result = answer.await.unwrap_or_else(|e| JoinResult::error(e, &member_id));
         services.metrics().group_answered(ApiKey::JoinGroup, result.error);

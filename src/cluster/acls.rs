@@ -16,19 +16,33 @@ use super::{propose, TopicError};
 use crate::node::Node;
 use crate::security::acl::{AclBinding, AclFilter, BindingFilter, MAX_ACLS};
 
-/// Adds `acls` (each already validated) on every node. ACLs held already count as made. The
-/// limit of [`MAX_ACLS`] is checked here against this node's copy; past it, the entry adds none
-/// beyond the limit on any node.
+/// Adds `acls` (each already validated) on every node. ACLs held already count as made. Past
+/// [`MAX_ACLS`] the entry adds none, on every node alike: the limit is checked when the entry is
+/// applied, since two nodes may each accept a request that alone fits. It is also checked first
+/// against this node's copy, to refuse without a write what cannot fit.
 pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), TopicError> {
-    let held = node.catalog.acls.all();
+    let too_many = || TopicError::PolicyViolation(format!("the cluster would hold more than {MAX_ACLS} ACLs"));
     let mut seen: HashSet<&AclBinding> = HashSet::new();
     let acls: Vec<AclBinding> = acls.iter().filter(|acl| seen.insert(acl)).cloned().collect();
-    let held_set: HashSet<&AclBinding> = held.iter().collect();
-    let new = acls.iter().filter(|acl| !held_set.contains(acl)).count();
-    if held.len() + new > MAX_ACLS {
-        return Err(TopicError::PolicyViolation(format!("the cluster would hold more than {MAX_ACLS} ACLs")));
+    {
+        let held = node.catalog.acls.all();
+        let held_set: HashSet<&AclBinding> = held.iter().collect();
+        let new = acls.iter().filter(|acl| !held_set.contains(acl)).count();
+        if held.len() + new > MAX_ACLS {
+            return Err(too_many());
+        }
     }
-    propose(node, TopicChange::CreateAcls { acls }).await
+    let id = Uuid::new_v4();
+    let creations = &node.catalog.acl_creations;
+    creations.expect(id);
+    let outcome = propose(node, TopicChange::CreateAcls { id, acls }).await;
+    let added = creations.take(id);
+    outcome?;
+    match added {
+        Some(false) => Err(too_many()),
+        // Added, or (not expected: proposed and applied here) no result kept.
+        _ => Ok(()),
+    }
 }
 
 /// Removes the ACLs each filter matches, on every node; returns them, filter by filter, as the
@@ -47,25 +61,32 @@ pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<V
     Ok(matched.unwrap_or_else(|| vec![Vec::new(); filters.len()]))
 }
 
-/// What the DeleteAcls entries this node proposed removed, from their application here until
-/// their handlers take it. Only entries a handler waits for are kept.
-#[derive(Debug, Default)]
-pub struct Deletions(Mutex<HashMap<Uuid, Option<Vec<Vec<AclBinding>>>>>);
+/// What the ACL entries this node proposed did when applied here (DeleteAcls: what each filter
+/// removed; CreateAcls: whether the ACLs were added), from their application until their handlers
+/// take it. Only entries a handler waits for are kept.
+#[derive(Debug)]
+pub struct Outcomes<T>(Mutex<HashMap<Uuid, Option<T>>>);
 
-impl Deletions {
+impl<T> Default for Outcomes<T> {
+    fn default() -> Self {
+        Outcomes(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> Outcomes<T> {
     fn expect(&self, id: Uuid) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(id, None);
     }
 
     /// Keeps the result of the entry `id` if a handler waits for it. An entry written twice
     /// (a proposal retried after its answer was lost) keeps the first application's result.
-    pub(crate) fn complete(&self, id: Uuid, matched: Vec<Vec<AclBinding>>) {
+    pub(crate) fn complete(&self, id: Uuid, outcome: T) {
         if let Some(slot @ None) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
-            *slot = Some(matched);
+            *slot = Some(outcome);
         }
     }
 
-    fn take(&self, id: Uuid) -> Option<Vec<Vec<AclBinding>>> {
+    fn take(&self, id: Uuid) -> Option<T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&id).flatten()
     }
 }
@@ -76,7 +97,7 @@ mod tests {
 
     #[test]
     fn a_deletion_keeps_its_first_result_for_its_handler_only() {
-        let deletions = Deletions::default();
+        let deletions: Outcomes<Vec<Vec<AclBinding>>> = Outcomes::default();
         let (waited, unwaited) = (Uuid::new_v4(), Uuid::new_v4());
         let acl = AclBinding {
             resource_type: 2,

@@ -164,8 +164,10 @@ pub struct Catalog {
     pub group_configs: SharedGroupOverrides,
     /// The ACLs made with CreateAcls; the authorizer reads them.
     pub acls: Arc<Acls>,
+    /// Whether CreateAcls entries proposed here added their ACLs, for their handlers.
+    pub acl_creations: super::acls::Outcomes<bool>,
     /// What DeleteAcls entries proposed here removed, for their handlers.
-    pub acl_deletions: super::acls::Deletions,
+    pub acl_deletions: super::acls::Outcomes<Vec<Vec<AclBinding>>>,
 }
 
 impl Catalog {
@@ -199,6 +201,7 @@ impl Catalog {
             producer_ids: ReplicatedProducerIds(Mutex::new(producer_ids)),
             group_configs: SharedGroupOverrides::default(),
             acls: Arc::new(Acls::new(acls)),
+            acl_creations: Default::default(),
             acl_deletions: Default::default(),
         };
         for (group, overrides) in group_configs {

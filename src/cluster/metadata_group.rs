@@ -76,8 +76,12 @@ pub enum TopicChange {
         group: String,
         config: GroupOverrides,
     },
-    /// ACLs made (CreateAcls); those held already stay as they are.
+    /// ACLs made (CreateAcls); those held already stay as they are. None is made if the set
+    /// would hold more than `MAX_ACLS`. `id` names the request, for the proposing node to read
+    /// whether they were (nil in entries written before it was kept).
     CreateAcls {
+        #[serde(default)]
+        id: Uuid,
         acls: Vec<AclBinding>,
     },
     /// ACLs removed (DeleteAcls): those the filters match when the entry is applied, so every
@@ -111,7 +115,7 @@ impl TopicChange {
             TopicChange::Configure { config, .. } => return config.validate().map_err(|e| e.to_string()),
             TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
             TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
-            TopicChange::CreateAcls { acls } => return acls.iter().try_for_each(AclBinding::validate),
+            TopicChange::CreateAcls { acls, .. } => return acls.iter().try_for_each(AclBinding::validate),
             TopicChange::DeleteAcls { filters, .. } if filters.iter().all(|f| f.borrowed().is_valid()) => return Ok(()),
             TopicChange::DeleteAcls { .. } => return Err("an ACL filter holds an UNKNOWN code".to_string()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
@@ -431,10 +435,15 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             tracing::info!(%group, ?config, "changed group configs");
         }
         // A count at info: one request may hold thousands; the bindings themselves at debug.
-        TopicChange::CreateAcls { acls } => {
-            catalog.acls.add(&acls);
-            tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
-            tracing::debug!(?acls, "created ACLs");
+        TopicChange::CreateAcls { id, acls } => {
+            let added = catalog.acls.add(&acls);
+            if added {
+                tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
+                tracing::debug!(?acls, "created ACLs");
+            } else {
+                tracing::warn!(count = acls.len(), held = catalog.acls.all().len(), "refused ACLs past the limit");
+            }
+            catalog.acl_creations.complete(id, added);
         }
         TopicChange::DeleteAcls { id, filters } => {
             let matched = catalog.acls.remove_matching(&filters);

@@ -19,7 +19,7 @@ use super::consumer::DescribedConsumerGroup;
 use super::consumer_group::{ConsumerHeartbeat, HeartbeatAnswer};
 use super::offsets::{CommitRequest, FetchedOffset};
 use super::requests::{JoinRequest, JoinResult, SyncRequest, SyncResult};
-use crate::security::Principal;
+use crate::security::Caller;
 
 /// An answer still to come.
 pub type Answer<T> = LocalBoxFuture<'static, Result<T, ResponseError>>;
@@ -36,11 +36,12 @@ pub type FetchedOffsets = Vec<(String, Vec<FetchedOffset>)>;
 /// A group's committed offsets, or the group-level error OffsetFetch answers.
 pub type OffsetsOrError = Result<FetchedOffsets, ResponseError>;
 
-/// `principal` in [`GroupRouter::join`] and [`GroupRouter::consumer_heartbeat`]: who sent the
-/// request. Should it resolve the group's regex subscriptions, they match only the topics it may
-/// describe (as in Kafka, where the request that refreshes them decides for the whole group).
+/// `caller` in [`GroupRouter::join`] and [`GroupRouter::consumer_heartbeat`]: who sent the
+/// request, and from where. Should it resolve the group's regex subscriptions, they match only the
+/// topics it may describe (as in Kafka, where the request that refreshes them decides for the
+/// whole group).
 pub trait GroupRouter: std::fmt::Debug {
-    fn join(&self, request: JoinRequest, principal: Principal) -> Queued<'_, JoinResult>;
+    fn join(&self, request: JoinRequest, caller: Caller) -> Queued<'_, JoinResult>;
     fn sync(&self, request: SyncRequest) -> Queued<'_, SyncResult>;
     /// The heartbeat's error code.
     fn heartbeat(&self, request: HeartbeatRequest) -> Queued<'_, i16>;
@@ -62,7 +63,7 @@ pub trait GroupRouter: std::fmt::Debug {
     fn describe(&self, group_id: String) -> Queued<'_, Option<DescribedGroup>>;
     /// `None`: no such consumer group.
     fn describe_consumer_group(&self, group_id: String) -> Queued<'_, Option<DescribedConsumerGroup>>;
-    fn consumer_heartbeat(&self, request: ConsumerHeartbeat, principal: Principal) -> Queued<'_, HeartbeatAnswer>;
+    fn consumer_heartbeat(&self, request: ConsumerHeartbeat, caller: Caller) -> Queued<'_, HeartbeatAnswer>;
     /// The group's deletion code.
     fn delete_group(&self, group_id: String) -> Queued<'_, i16>;
     /// Every group this router reaches, filtered by state and type (empty filters: all).

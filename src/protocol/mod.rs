@@ -76,6 +76,11 @@ impl RequestContext {
         self.security.as_ref().map_or_else(crate::security::Principal::anonymous, |s| s.principal())
     }
 
+    /// The principal and the client's address, as ACLs are checked against them.
+    pub fn caller(&self) -> crate::security::Caller {
+        crate::security::Caller { principal: self.principal(), host: self.peer.map(|p| p.ip()) }
+    }
+
     /// Decodes the request body.
     pub fn decode<R: Decodable>(&self, mut body: Bytes) -> Result<R, RequestError> {
         R::decode(&mut body, self.api_version).map_err(|source| RequestError::Decode {

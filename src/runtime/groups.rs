@@ -20,7 +20,7 @@ use crate::coordinator::router::{Answer, GroupRouter, OffsetsOrError, Queued, To
 use crate::coordinator::shell::PartitionRunner;
 use crate::node::Node;
 use crate::security::acl::{Authorizer, Operation, Resource};
-use crate::security::Principal;
+use crate::security::Caller;
 
 /// The coordinator partitions of this node, as one shard reaches them.
 #[derive(Debug)]
@@ -76,18 +76,18 @@ impl LocalGroups {
     }
 }
 
-/// The topics as a principal sees them when it resolves a group's regex subscriptions: a regex
-/// matches only the topics it may describe (Kafka's rule). Topics are looked up by name and id as
+/// The topics as a caller sees them when it resolves a group's regex subscriptions: a regex
+/// matches only the topics it may describe from its address (Kafka's rule). Topics are looked up by name and id as
 /// in the catalog: those a consumer names were checked by ConsumerGroupHeartbeat's handler.
 struct Describable<'a> {
     topics: &'a dyn TopicView,
     /// The rules and whom they are applied to; `None` without rules.
-    viewer: Option<(&'a Authorizer, &'a Principal)>,
+    viewer: Option<(&'a Authorizer, &'a Caller)>,
 }
 
 impl<'a> Describable<'a> {
-    fn new(node: &'a Node, principal: &'a Principal) -> Describable<'a> {
-        Describable { topics: &node.catalog, viewer: (!node.authorizer.is_open()).then_some((&node.authorizer, principal)) }
+    fn new(node: &'a Node, caller: &'a Caller) -> Describable<'a> {
+        Describable { topics: &node.catalog, viewer: (!node.authorizer.is_open()).then_some((&node.authorizer, caller)) }
     }
 }
 
@@ -102,8 +102,8 @@ impl TopicView for Describable<'_> {
 
     fn names(&self) -> Vec<String> {
         let mut names = self.topics.names();
-        if let Some((authorizer, principal)) = self.viewer {
-            names.retain(|n| authorizer.allows(principal, Operation::Describe, Resource::Topic(n)));
+        if let Some((authorizer, caller)) = self.viewer {
+            names.retain(|n| authorizer.allows_from(&caller.principal, caller.host, Operation::Describe, Resource::Topic(n)));
         }
         names
     }
@@ -124,11 +124,11 @@ fn resolve<T>(outcome: Result<Option<Result<T, ResponseError>>, ShardStopped>) -
 }
 
 impl GroupRouter for LocalGroups {
-    fn join(&self, request: JoinRequest, principal: Principal) -> Queued<'_, JoinResult> {
+    fn join(&self, request: JoinRequest, caller: Caller) -> Queued<'_, JoinResult> {
         let group = request.group_id.clone();
         Box::pin(self.call_waiting(
             group,
-            move |owner, runner, token| runner.with_state(|s, now| s.join(now, request, token, &Describable::new(&owner.node, &principal))),
+            move |owner, runner, token| runner.with_state(|s, now| s.join(now, request, token, &Describable::new(&owner.node, &caller))),
             |r| match r {
                 Response::Join(result) => Some(result),
                 _ => None,
@@ -201,10 +201,10 @@ impl GroupRouter for LocalGroups {
         Box::pin(self.call(group, move |_, runner| runner.state.borrow().describe_consumer_group(&group_id)))
     }
 
-    fn consumer_heartbeat(&self, request: ConsumerHeartbeat, principal: Principal) -> Queued<'_, HeartbeatAnswer> {
+    fn consumer_heartbeat(&self, request: ConsumerHeartbeat, caller: Caller) -> Queued<'_, HeartbeatAnswer> {
         let group = request.group_id.clone();
         Box::pin(self.call(group, move |owner, runner| {
-            runner.with_state(|s, now| s.consumer_heartbeat(now, request, &Describable::new(&owner.node, &principal)))
+            runner.with_state(|s, now| s.consumer_heartbeat(now, request, &Describable::new(&owner.node, &caller)))
         }))
     }
 
@@ -263,7 +263,8 @@ async fn list_groups(shard: Option<Rc<Shard>>, states: Vec<String>, types: Vec<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::security::acl::AuthorizationConfig;
+    use crate::security::acl::{AclBinding, Acls, AuthorizationConfig, PatternType, ResourceType, ALLOW};
+    use crate::security::Principal;
 
     struct Topics;
 
@@ -287,10 +288,25 @@ mod tests {
         let config: AuthorizationConfig =
             toml::from_str(r#"rules = [{ principal = "User:alice", resource = "topic", prefix = "payments.", operations = ["read"] }]"#)
                 .unwrap();
-        let authorizer = Authorizer::new(&config, Default::default());
-        let alice = Principal::user("alice");
-        let view = Describable { topics: &Topics, viewer: Some((&authorizer, &alice)) };
+        let acls = std::sync::Arc::new(Acls::default());
+        let authorizer = Authorizer::new(&config, acls.clone());
+        let from = |ip: &str| Caller { principal: Principal::user("alice"), host: Some(ip.parse().unwrap()) };
+        let (near, far) = (from("10.0.0.7"), from("10.0.0.8"));
+        let view = Describable { topics: &Topics, viewer: Some((&authorizer, &near)) };
         assert_eq!(view.names(), vec!["payments.in".to_string()]);
+        // An ACL for one host shows the topic to the caller from that host only.
+        acls.add(&[AclBinding {
+            resource_type: ResourceType::Topic.code(),
+            name: "orders".into(),
+            pattern: PatternType::Literal as i8,
+            principal: "User:alice".into(),
+            host: "10.0.0.7".into(),
+            operation: Operation::Describe as i8,
+            permission: ALLOW,
+        }]);
+        assert_eq!(view.names(), vec!["payments.in".to_string(), "orders".to_string()]);
+        let view_far = Describable { topics: &Topics, viewer: Some((&authorizer, &far)) };
+        assert_eq!(view_far.names(), vec!["payments.in".to_string()]);
         // Lookups are not filtered: a named topic was checked by the request's handler.
         assert_eq!((view.by_name("orders").map(|t| t.1), view.version()), (Some(3), 7));
         let open = Describable { topics: &Topics, viewer: None };

@@ -11,7 +11,9 @@
 //!
 //! `__consumer_offsets` holds every group's members, client ids and hosts: it may be read and
 //! described only by principals allowed to describe every group (a group rule with an empty
-//! prefix), and written, altered or deleted by no one but super users.
+//! prefix) or given the operation by an ACL naming the topic (LITERAL `__consumer_offsets`, as
+//! Kafka's users grant it to lag monitors), and written, altered or deleted by no one but super
+//! users.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -89,8 +91,11 @@ impl Authorizer {
         if let Resource::Topic(topic) = resource {
             if topic == crate::cluster::OFFSETS_TOPIC {
                 let every_group = Resource::Group("");
+                let by_name: Vec<&AclBinding> =
+                    covering.iter().copied().filter(|acl| acl.pattern == PatternType::Literal as i8 && acl.name == topic).collect();
                 return operation.grants_reading()
-                    && self.granted(&name, host, &acls.covering(every_group), Operation::Describe, every_group);
+                    && (self.granted(&name, host, &acls.covering(every_group), Operation::Describe, every_group)
+                        || by_name.iter().any(|acl| acl.applies(ALLOW, &name, host) && grants(acl.operation, operation)));
             }
         }
         self.granted(&name, host, &covering, operation, resource)
@@ -242,6 +247,27 @@ mod tests {
         assert!(a.allows(&Principal::user("ops"), Operation::Read, offsets));
         assert!(!a.allows(&Principal::user("ops"), Operation::Write, offsets));
         assert!(a.allows(&Principal::user("admin"), Operation::Write, offsets));
+    }
+
+    #[test]
+    fn offsets_topic_is_read_with_an_acl_naming_it() {
+        let acls = Arc::new(Acls::default());
+        let a = Authorizer::new(&toml::from_str(RULES).unwrap(), acls.clone());
+        let offsets = Resource::Topic(crate::cluster::OFFSETS_TOPIC);
+        let (burrow, carol) = (Principal::user("burrow"), Principal::user("carol"));
+        acls.add(&[
+            acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, ALLOW),
+            acl(2, "*", PatternType::Literal, "User:carol", Operation::Read, ALLOW),
+            acl(2, "__", PatternType::Prefixed, "User:carol", Operation::Read, ALLOW),
+        ]);
+        assert!(a.allows(&burrow, Operation::Read, offsets));
+        assert!(a.allows(&burrow, Operation::Describe, offsets), "READ implies DESCRIBE");
+        assert!(!a.allows(&burrow, Operation::Write, offsets));
+        assert!(!a.allows(&carol, Operation::Read, offsets), "only an ACL naming the topic opens it");
+        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Write, ALLOW)]);
+        assert!(!a.allows(&carol, Operation::Write, offsets), "no one but super users writes it");
+        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, DENY)]);
+        assert!(!a.allows(&burrow, Operation::Read, offsets));
     }
 
     #[test]

@@ -182,16 +182,25 @@ impl Acls {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Adds those of `new` not held yet, up to [`MAX_ACLS`].
-    pub fn add(&self, new: &[AclBinding]) {
+    /// Adds those of `new` not held yet; all of them, or none if the set would then hold more than
+    /// [`MAX_ACLS`]. Whether they were added.
+    pub fn add(&self, new: &[AclBinding]) -> bool {
+        let mut added = false;
         self.change(|all| {
-            let mut held: HashSet<AclBinding> = all.iter().cloned().collect();
+            let held: HashSet<&AclBinding> = all.iter().collect();
+            let mut fresh: Vec<AclBinding> = Vec::new();
+            let mut seen: HashSet<&AclBinding> = HashSet::new();
             for acl in new {
-                if held.len() < MAX_ACLS && held.insert(acl.clone()) {
-                    all.push(acl.clone());
+                if !held.contains(acl) && seen.insert(acl) {
+                    fresh.push(acl.clone());
                 }
             }
-        })
+            if all.len() + fresh.len() <= MAX_ACLS {
+                all.extend(fresh);
+                added = true;
+            }
+        });
+        added
     }
 
     /// Removes every ACL one of the filters matches; returns what each matched.
@@ -413,6 +422,18 @@ pub(super) mod tests {
         assert_eq!(refused(AclBinding { operation: ANY, ..good.clone() }), "Invalid operation ANY");
         assert_eq!(refused(AclBinding { permission: 0, ..good.clone() }), "Invalid permissionType UNKNOWN");
         assert!(refused(AclBinding { principal: "bob".into(), ..good.clone() }).contains("expected a type and a name"));
+    }
+
+    #[test]
+    fn acls_past_the_limit_are_all_refused() {
+        let topic = |i: usize| acl(2, &format!("t{i}"), PatternType::Literal, "User:a", Operation::Read, ALLOW);
+        let acls = Acls::new((0..MAX_ACLS - 1).map(topic).collect());
+        assert!(!acls.add(&[topic(MAX_ACLS), topic(MAX_ACLS + 1)]), "one too many: none is added");
+        assert_eq!(acls.all().len(), MAX_ACLS - 1);
+        assert!(acls.add(&[topic(0), topic(MAX_ACLS), topic(MAX_ACLS)]), "held ones and repeats count once");
+        assert_eq!(acls.all().len(), MAX_ACLS);
+        assert!(acls.add(&[topic(1)]), "adding what is held changes nothing");
+        assert!(!acls.add(&[topic(MAX_ACLS + 1)]));
     }
 
     #[test]

@@ -46,6 +46,14 @@ impl std::fmt::Display for Principal {
     }
 }
 
+/// Who sent a request and from where: what an ACL is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub principal: Principal,
+    /// The client's address; `None` where it is not known.
+    pub host: Option<std::net::IpAddr>,
+}
+
 /// A Kafka listener as the node runs it.
 pub struct Listener {
     /// Its place in [`crate::config::Config::listeners`]; Metadata answers with the brokers'

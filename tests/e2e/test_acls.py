@@ -11,13 +11,14 @@ own produce and consume, from the same run; the ACLs outlive a kill -9 of the no
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -110,6 +111,73 @@ def test_acls_allow_deny_and_are_removed(node):
     # The rules are config: a filter matching them removes none.
     assert delete(admin, any_filter(principal="User:alice")) == [[]]
     assert ("TOPIC", "payments.", "PREFIXED", "User:alice", "*", "READ", "ALLOW") in bindings(admin, any_filter(principal="User:alice"))
+
+
+def offsets_records(config: dict, group: str, seconds: float = 15.0) -> int | KafkaError:
+    """How many records of `__consumer_offsets` a reader got in `seconds`, or its first error."""
+    reader = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    reader.assign([TopicPartition("__consumer_offsets", p, 0) for p in range(50)])
+    records, deadline = 0, time.monotonic() + seconds
+    try:
+        while records == 0 and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is not None:
+                return message.error()
+            records += message is not None
+        return records
+    finally:
+        reader.close()
+
+
+def test_a_literal_acl_on_consumer_offsets_lets_a_lag_monitor_read_it(node):
+    """As Kafka's users let Burrow read `__consumer_offsets`: READ on the topic by name. An ACL
+    for every topic does not open it, since it holds every group's members and hosts."""
+    topic = f"payments.{uuid.uuid4().hex[:6]}"
+    create_topics(node, topic)
+    assert produce(as_user(node, "alice"), topic, 1) == [None]
+    assert consume_error(as_user(node, "alice"), topic, "payments-lag") is None, "a commit to read back"
+    admin, bob = AdminClient(as_user(node, "admin")), as_user(node, "bob")
+    made = create(
+        admin,
+        acl(ResourceType.TOPIC, "*", "User:bob", AclOperation.READ),
+        acl(ResourceType.GROUP, "bob-lag", "User:bob", AclOperation.READ),
+    )
+    assert list(made.values()) == [None, None], made
+    offsets_metadata = lambda: AdminClient(bob).list_topics(topic="__consumer_offsets", timeout=15).topics["__consumer_offsets"]  # noqa: E731
+    assert offsets_metadata().error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert list(create(admin, acl(ResourceType.TOPIC, "__consumer_offsets", "User:bob", AclOperation.READ)).values()) == [None]
+    assert offsets_metadata().error is None
+    read = offsets_records(bob, "bob-lag")
+    assert isinstance(read, int) and read > 0, read
+    # Reading is all it gives: no one but super users writes the topic.
+    assert list(create(admin, acl(ResourceType.TOPIC, "__consumer_offsets", "User:bob", AclOperation.WRITE)).values()) == [None]
+    assert error_codes(produce(bob, "__consumer_offsets", 1)) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert delete(admin, any_filter(principal="User:bob"))[0] != []
+
+
+def test_a_regex_subscription_sees_the_topics_its_host_may_describe(node):
+    """A KIP-848 group's regex matches the topics the member may describe from where it
+    connects: an ACL for another host shows it nothing."""
+    prefix = f"regex{uuid.uuid4().hex[:6]}."
+    near, far, group = prefix + "near", prefix + "far", f"bob-regex-{uuid.uuid4().hex[:6]}"
+    create_topics(node, near, far)
+    made = create(
+        AdminClient(as_user(node, "admin")),
+        acl(ResourceType.TOPIC, near, "User:bob", AclOperation.READ, host="127.0.0.1"),
+        acl(ResourceType.TOPIC, far, "User:bob", AclOperation.READ, host="10.9.9.9"),
+        acl(ResourceType.GROUP, group, "User:bob", AclOperation.READ),
+    )
+    assert list(made.values()) == [None, None, None], made
+    consumer = Consumer({**as_user(node, "bob"), "group.id": group, "group.protocol": "consumer"})
+    consumer.subscribe([f"^{re.escape(prefix)}.*"])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not consumer.assignment() and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            assert message is None or message.error() is None, message.error()
+        assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(near, 0), (near, 1)]
+    finally:
+        consumer.close()
 
 
 def test_acls_from_one_host_apply_to_that_host(node):
