@@ -13,7 +13,7 @@ use kafka_protocol::ResponseError;
 
 use super::{api_entry, ApiEntry, Handled, HandlerResult, Services};
 use crate::protocol::RequestContext;
-use crate::security::acl::{AclBinding, BindingFilter, INVALID_FILTER};
+use crate::security::acl::{AclBinding, BindingFilter, INVALID_FILTER, MAX_DELETE_FILTERS, MAX_LISTED_DELETIONS};
 
 /// v0 was removed by Kafka 4 (KIP-896).
 pub(crate) const ENTRY: ApiEntry = api_entry!(ApiKey::DeleteAcls, DeleteAclsRequest, 1, 3);
@@ -29,11 +29,14 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
     if let Some((error, message)) = super::create_acls::refusal(&node, &ctx) {
         return refused(error, message);
     }
+    if request.filters.len() > MAX_DELETE_FILTERS {
+        return refused(ResponseError::InvalidRequest, &format!("at most {MAX_DELETE_FILTERS} filters in one request"));
+    }
     Ok(Handled::Later(Box::pin(async move {
         let filters: Vec<BindingFilter<'_>> = request.filters.iter().map(filter).collect();
         let valid: Vec<BindingFilter<'_>> = filters.iter().filter(|f| f.is_valid()).cloned().collect();
         let mut deleted = match crate::cluster::acls::delete(&node, &valid).await {
-            Ok(matched) => Ok(matched.into_iter()),
+            Ok(removed) => Ok(removed.into_iter()),
             Err(e) => Err((e.error_code(), e.to_string())),
         };
         let results = filters
@@ -41,9 +44,15 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             .map(|f| match (&mut deleted, f.is_valid()) {
                 (_, false) => failed(ResponseError::InvalidRequest, INVALID_FILTER.to_string()),
                 (Err((error, reason)), true) => failed(*error, reason.clone()),
-                (Ok(matched), true) => DeleteAclsFilterResult::default()
-                    .with_error_message(None)
-                    .with_matching_acls(matched.next().unwrap_or_default().into_iter().map(matching).collect()),
+                (Ok(removed), true) => match removed.next().unwrap_or_default() {
+                    Some(matched) => DeleteAclsFilterResult::default()
+                        .with_error_message(None)
+                        .with_matching_acls(matched.into_iter().map(matching).collect()),
+                    None => failed(
+                        ResponseError::InvalidRequest,
+                        format!("with the filters before it, this one would list more than {MAX_LISTED_DELETIONS} ACLs; send it alone"),
+                    ),
+                },
             })
             .collect();
         ctx.respond(&DeleteAclsResponse::default().with_filter_results(results))

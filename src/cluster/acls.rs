@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::metadata_group::TopicChange;
 use super::{propose, TopicError};
 use crate::node::Node;
-use crate::security::acl::{AclBinding, AclFilter, BindingFilter, MAX_ACLS};
+use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed, MAX_ACLS};
 
 /// Adds `acls` (each already validated) on every node. ACLs held already count as made. Past
 /// [`MAX_ACLS`] the entry adds none, on every node alike: the limit is checked when the entry is
@@ -46,8 +46,9 @@ pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), Topic
 }
 
 /// Removes the ACLs each filter matches, on every node; returns them, filter by filter, as the
-/// entry's application on this node found them.
-pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<Vec<Vec<AclBinding>>, TopicError> {
+/// entry's application on this node found them (`None`: the filter was refused, see
+/// [`crate::security::acl::Acls::remove_matching`]). At most [`crate::security::acl::MAX_DELETE_FILTERS`] filters.
+pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<Removed, TopicError> {
     if filters.is_empty() {
         return Ok(Vec::new());
     }
@@ -58,7 +59,7 @@ pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<V
     let matched = deletions.take(id);
     outcome?;
     // Proposed and applied here, so the result is there; an empty one if not, rather than a panic.
-    Ok(matched.unwrap_or_else(|| vec![Vec::new(); filters.len()]))
+    Ok(matched.unwrap_or_else(|| vec![Some(Vec::new()); filters.len()]))
 }
 
 /// What the ACL entries this node proposed did when applied here (DeleteAcls: what each filter
@@ -97,7 +98,7 @@ mod tests {
 
     #[test]
     fn a_deletion_keeps_its_first_result_for_its_handler_only() {
-        let deletions: Outcomes<Vec<Vec<AclBinding>>> = Outcomes::default();
+        let deletions: Outcomes<Removed> = Outcomes::default();
         let (waited, unwaited) = (Uuid::new_v4(), Uuid::new_v4());
         let acl = AclBinding {
             resource_type: 2,
@@ -109,10 +110,10 @@ mod tests {
             permission: 3,
         };
         deletions.expect(waited);
-        deletions.complete(waited, vec![vec![acl.clone()]]);
-        deletions.complete(waited, vec![Vec::new()]);
-        deletions.complete(unwaited, vec![vec![acl.clone()]]);
-        assert_eq!(deletions.take(waited), Some(vec![vec![acl]]), "the entry written again matched nothing");
+        deletions.complete(waited, vec![Some(vec![acl.clone()])]);
+        deletions.complete(waited, vec![Some(Vec::new())]);
+        deletions.complete(unwaited, vec![Some(vec![acl.clone()])]);
+        assert_eq!(deletions.take(waited), Some(vec![Some(vec![acl])]), "the entry written again matched nothing");
         assert_eq!(deletions.take(unwaited), None, "another node's entry is not kept");
         assert!(deletions.0.lock().unwrap().is_empty());
     }

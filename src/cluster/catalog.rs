@@ -22,7 +22,7 @@ use super::topic_config::TopicConfig;
 use crate::coordinator::consumer_group::{GroupOverrides, SharedGroupOverrides};
 use crate::raft::{LogId, StoredMembership};
 use crate::runtime::ShardId;
-use crate::security::acl::{AclBinding, Acls};
+use crate::security::acl::{AclBinding, Acls, Removed};
 use crate::storage::log::write_atomically;
 
 /// One partition's routing facts.
@@ -167,7 +167,7 @@ pub struct Catalog {
     /// Whether CreateAcls entries proposed here added their ACLs, for their handlers.
     pub acl_creations: super::acls::Outcomes<bool>,
     /// What DeleteAcls entries proposed here removed, for their handlers.
-    pub acl_deletions: super::acls::Outcomes<Vec<Vec<AclBinding>>>,
+    pub acl_deletions: super::acls::Outcomes<Removed>,
 }
 
 impl Catalog {

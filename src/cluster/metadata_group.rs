@@ -33,7 +33,7 @@ use crate::node::Node;
 use crate::raft::election::{Canvass, Election};
 use crate::raft::{Command, Entry, LogId, Raft, StorageError, StoredMembership, TypeConfig};
 use crate::runtime::{Shard, ShardId};
-use crate::security::acl::{AclBinding, AclFilter};
+use crate::security::acl::{AclBinding, AclFilter, MAX_DELETE_FILTERS};
 
 pub use crate::raft::METADATA_GROUP;
 /// The shard that hosts the metadata group.
@@ -116,6 +116,9 @@ impl TopicChange {
             TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
             TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
             TopicChange::CreateAcls { acls, .. } => return acls.iter().try_for_each(AclBinding::validate),
+            TopicChange::DeleteAcls { filters, .. } if filters.len() > MAX_DELETE_FILTERS => {
+                return Err(format!("more than {MAX_DELETE_FILTERS} ACL filters"))
+            }
             TopicChange::DeleteAcls { filters, .. } if filters.iter().all(|f| f.borrowed().is_valid()) => return Ok(()),
             TopicChange::DeleteAcls { .. } => return Err("an ACL filter holds an UNKNOWN code".to_string()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),

@@ -20,7 +20,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::acl_binding::{applies_to, CLUSTER_NAME, WILDCARD};
-pub use super::acl_binding::{AclBinding, AclFilter, Acls, BindingFilter, PatternType, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS};
+pub use super::acl_binding::{
+    AclBinding, AclFilter, Acls, BindingFilter, PatternType, Removed, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS, MAX_DELETE_FILTERS,
+    MAX_LISTED_DELETIONS,
+};
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
 
@@ -390,7 +393,7 @@ mod tests {
             permission: ALLOW,
         };
         let removed = acls.remove_matching(&[AclFilter::of(&describe_groups)]);
-        assert_eq!(removed, [vec![acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]]);
+        assert_eq!(removed, [Some(vec![acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)])]);
         assert!(!a.allows(&bob, Operation::Read, offsets));
         acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
         assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");

@@ -173,6 +173,18 @@ pub struct Acls(RwLock<Arc<AclSet>>);
 /// can make every node hold.
 pub const MAX_ACLS: usize = 100_000;
 
+/// Filters one DeleteAcls may hold: every filter is matched against every ACL on every node.
+pub const MAX_DELETE_FILTERS: usize = 1_000;
+
+/// ACLs one DeleteAcls lists, over all its filters (an ACL is listed under each filter that
+/// matches it): many filters matching everything must not list the whole set again and again.
+/// One filter alone always fits.
+pub const MAX_LISTED_DELETIONS: usize = MAX_ACLS;
+
+/// What a DeleteAcls removed, filter by filter: the ACLs each matched, or `None` for a filter
+/// refused because the request would list more than [`MAX_LISTED_DELETIONS`] (it removes none).
+pub type Removed = Vec<Option<Vec<AclBinding>>>;
+
 impl Acls {
     pub fn new(all: Vec<AclBinding>) -> Acls {
         Acls(RwLock::new(Arc::new(AclSet::new(all))))
@@ -203,16 +215,34 @@ impl Acls {
         added
     }
 
-    /// Removes every ACL one of the filters matches; returns what each matched.
-    pub fn remove_matching(&self, filters: &[AclFilter]) -> Vec<Vec<AclBinding>> {
-        let mut matched = Vec::with_capacity(filters.len());
+    /// Removes every ACL one of the filters matches; returns what each matched. Filters are
+    /// taken in order; one that would bring the listing past [`MAX_LISTED_DELETIONS`] is refused.
+    pub fn remove_matching(&self, filters: &[AclFilter]) -> Removed {
+        let mut removed = Vec::with_capacity(filters.len());
         self.change(|all| {
-            let filters: Vec<BindingFilter<'_>> = filters.iter().map(AclFilter::borrowed).collect();
-            matched = filters.iter().map(|f| all.iter().filter(|acl| f.matches(acl)).cloned().collect()).collect();
-            let gone: HashSet<&AclBinding> = matched.iter().flatten().collect();
-            all.retain(|acl| !gone.contains(acl));
+            let mut gone = vec![false; all.len()];
+            let mut listed = 0;
+            for filter in filters {
+                let filter = filter.borrowed();
+                let count = all.iter().filter(|acl| filter.matches(acl)).count();
+                if listed + count > MAX_LISTED_DELETIONS {
+                    removed.push(None);
+                    continue;
+                }
+                listed += count;
+                let mut matched = Vec::with_capacity(count);
+                for (acl, gone) in all.iter().zip(gone.iter_mut()) {
+                    if filter.matches(acl) {
+                        *gone = true;
+                        matched.push(acl.clone());
+                    }
+                }
+                removed.push(Some(matched));
+            }
+            let mut gone = gone.into_iter();
+            all.retain(|_| !gone.next().unwrap_or(false));
         });
-        matched
+        removed
     }
 
     /// Makes the ACLs exactly `all` (a metadata snapshot installed).
@@ -434,6 +464,25 @@ pub(super) mod tests {
         assert_eq!(acls.all().len(), MAX_ACLS);
         assert!(acls.add(&[topic(1)]), "adding what is held changes nothing");
         assert!(!acls.add(&[topic(MAX_ACLS + 1)]));
+
+        // Two filters matching everything would list the whole set twice: the second is refused.
+        let everything = BindingFilter {
+            resource_type: ANY,
+            name: None,
+            pattern_type: PATTERN_ANY,
+            principal: None,
+            host: None,
+            operation: ANY,
+            permission: ANY,
+        };
+        let first = BindingFilter { name: Some("t0"), ..everything.clone() };
+        let last = BindingFilter { name: Some(&format!("t{MAX_ACLS}")), ..everything.clone() };
+        let removed = acls.remove_matching(&[first, everything.clone(), last, everything.clone()].map(|f| AclFilter::of(&f)));
+        let counts: Vec<Option<usize>> = removed.iter().map(|r| r.as_ref().map(Vec::len)).collect();
+        assert_eq!(counts, [Some(1), None, Some(1), None]);
+        assert_eq!(acls.all().len(), MAX_ACLS - 2, "a refused filter removes none");
+        let removed = acls.remove_matching(&[AclFilter::of(&everything)]);
+        assert_eq!((removed[0].as_ref().map(Vec::len), acls.all().len()), (Some(MAX_ACLS - 2), 0), "one filter alone always fits");
     }
 
     #[test]
