@@ -44,7 +44,7 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
             .map(|f| match (&mut deleted, f.is_valid()) {
                 (_, false) => failed(ResponseError::InvalidRequest, INVALID_FILTER.to_string()),
                 (Err((error, reason)), true) => failed(*error, reason.clone()),
-                (Ok(removed), true) => match removed.next().unwrap_or_default() {
+                (Ok(removed), true) => match removed.next().unwrap_or(Some(Vec::new())) {
                     Some(matched) => DeleteAclsFilterResult::default()
                         .with_error_message(None)
                         .with_matching_acls(matched.into_iter().map(matching).collect()),

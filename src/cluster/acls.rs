@@ -92,6 +92,16 @@ impl<T> Outcomes<T> {
     }
 }
 
+impl Outcomes<bool> {
+    /// Whether a CreateAcls entry added its ACLs: once one copy of an entry written twice did,
+    /// they are there, whatever the other copy found.
+    pub(crate) fn complete_added(&self, id: Uuid, added: bool) {
+        if let Some(slot) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
+            *slot = Some(slot.unwrap_or(false) || added);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +126,13 @@ mod tests {
         assert_eq!(deletions.take(waited), Some(vec![Some(vec![acl])]), "the entry written again matched nothing");
         assert_eq!(deletions.take(unwaited), None, "another node's entry is not kept");
         assert!(deletions.0.lock().unwrap().is_empty());
+
+        // A creation refused, then written again once there was room: the ACLs were added.
+        let creations: Outcomes<bool> = Outcomes::default();
+        creations.expect(waited);
+        creations.complete_added(waited, false);
+        creations.complete_added(waited, true);
+        creations.complete_added(unwaited, true);
+        assert_eq!((creations.take(waited), creations.take(unwaited)), (Some(true), None));
     }
 }

@@ -243,6 +243,12 @@ impl Catalog {
         self.version.fetch_add(1, Ordering::Release);
     }
 
+    /// Counts a change that is not a topic's but changes what a principal may see of them (the
+    /// ACLs): groups resolve their regex subscriptions again.
+    pub(crate) fn touch(&self) {
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
     pub(crate) fn unpublish(&self, topic: &Topic) {
         self.by_name.remove(&topic.name);
         self.by_id.remove(&topic.id);

@@ -116,9 +116,6 @@ impl TopicChange {
             TopicChange::ConfigureGroup { group, .. } if group.is_empty() => return Err("an empty group id".to_string()),
             TopicChange::ConfigureGroup { config, .. } => return super::group_config::validate(config),
             TopicChange::CreateAcls { acls, .. } => return acls.iter().try_for_each(AclBinding::validate),
-            TopicChange::DeleteAcls { filters, .. } if filters.len() > MAX_DELETE_FILTERS => {
-                return Err(format!("more than {MAX_DELETE_FILTERS} ACL filters"))
-            }
             TopicChange::DeleteAcls { filters, .. } if filters.iter().all(|f| f.borrowed().is_valid()) => return Ok(()),
             TopicChange::DeleteAcls { .. } => return Err("an ACL filter holds an UNKNOWN code".to_string()),
             TopicChange::AllocateProducerIds { node } if is_node(*node) => return Ok(()),
@@ -295,9 +292,16 @@ impl MetadataGroup {
         }
         let decoded = TopicChange::decode(&change).map_err(WriteError::Failed)?;
         decoded.validate_on(&self.node).map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
-        // A new topic meets today's minimums too (entries already in the log are only validated).
-        if let TopicChange::Create { config, .. } = &decoded {
-            config.check_new_topic().map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?;
+        // A new topic meets today's minimums too, and a DeleteAcls today's bound on its filters
+        // (entries already in the log are only validated).
+        match &decoded {
+            TopicChange::Create { config, .. } => {
+                config.check_new_topic().map_err(|e| WriteError::Failed(format!("invalid topic change: {e}")))?
+            }
+            TopicChange::DeleteAcls { filters, .. } if filters.len() > MAX_DELETE_FILTERS => {
+                return Err(WriteError::Failed(format!("invalid topic change: more than {MAX_DELETE_FILTERS} ACL filters")))
+            }
+            _ => {}
         }
         match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(Command::new(change))).await {
             Ok(Ok(written)) => Ok(written.log_id),
@@ -446,13 +450,15 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
             } else {
                 tracing::warn!(count = acls.len(), held = catalog.acls.all().len(), "refused ACLs past the limit");
             }
-            catalog.acl_creations.complete(id, added);
+            catalog.acl_creations.complete_added(id, added);
+            catalog.touch();
         }
         TopicChange::DeleteAcls { id, filters } => {
             let matched = catalog.acls.remove_matching(&filters);
             tracing::info!(filters = filters.len(), held = catalog.acls.all().len(), "deleted ACLs");
             tracing::debug!(?matched, "deleted ACLs");
             catalog.acl_deletions.complete(id, matched);
+            catalog.touch();
         }
     }
 }
@@ -748,5 +754,11 @@ mod tests {
         assert!(refused.contains("node 1 would hold 101 partitions"), "{refused}");
         let grow = TopicChange::AddPartitions { id: Uuid::nil(), placement: vec![0, 1, 1, 1] };
         assert!(grow.validate(&limits, nodes, held).is_err());
+    }
+
+    #[test]
+    fn a_create_acls_entry_written_before_it_had_an_id_still_applies() {
+        let old = TopicChange::decode(br#"{"CreateAcls":{"acls":[]}}"#).unwrap();
+        assert!(matches!(&old, TopicChange::CreateAcls { id, acls } if id.is_nil() && acls.is_empty()), "{old:?}");
     }
 }

@@ -33,7 +33,8 @@ impl Operation {
         grants(self as i8, wanted)
     }
 
-    /// The operations `__consumer_offsets` allows to whoever may describe every group.
+    /// The operations `__consumer_offsets` allows at all (to whoever may describe every group,
+    /// or is given them by an ACL naming the topic).
     fn grants_reading(self) -> bool {
         matches!(self, Operation::Read | Operation::Describe | Operation::DescribeConfigs)
     }
@@ -94,11 +95,13 @@ impl Authorizer {
         if let Resource::Topic(topic) = resource {
             if topic == crate::cluster::OFFSETS_TOPIC {
                 let every_group = Resource::Group("");
-                let by_name: Vec<&AclBinding> =
-                    covering.iter().copied().filter(|acl| acl.pattern == PatternType::Literal as i8 && acl.name == topic).collect();
+                let naming_it = |acl: &&&AclBinding| acl.pattern == PatternType::Literal as i8 && acl.name == topic;
                 return operation.grants_reading()
                     && (self.granted(&name, host, &acls.covering(every_group), Operation::Describe, every_group)
-                        || by_name.iter().any(|acl| acl.applies(ALLOW, &name, host) && grants(acl.operation, operation)));
+                        || covering
+                            .iter()
+                            .filter(naming_it)
+                            .any(|acl| acl.applies(ALLOW, &name, host) && grants(acl.operation, operation)));
             }
         }
         self.granted(&name, host, &covering, operation, resource)
@@ -269,6 +272,22 @@ mod tests {
         assert!(!a.allows(&carol, Operation::Read, offsets), "only an ACL naming the topic opens it");
         acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Write, ALLOW)]);
         assert!(!a.allows(&carol, Operation::Write, offsets), "no one but super users writes it");
+        // A PREFIXED ACL of the very name is a prefix all the same; a host's ACL from that host only.
+        let dave = Principal::user("dave");
+        acls.add(&[
+            acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Prefixed, "User:dave", Operation::Read, ALLOW),
+            AclBinding {
+                host: "10.0.0.7".into(),
+                ..acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Read, ALLOW)
+            },
+        ]);
+        assert!(!a.allows(&dave, Operation::Read, offsets));
+        let from = |ip: &str| Some(ip.parse::<IpAddr>().unwrap());
+        assert!(a.allows_from(&carol, from("10.0.0.7"), Operation::Read, offsets));
+        assert!(!a.allows_from(&carol, from("10.0.0.8"), Operation::Read, offsets) && !a.allows(&carol, Operation::Read, offsets));
+        // A DENY wins: on the name, or on every topic.
+        acls.add(&[acl(2, "*", PatternType::Literal, "User:carol", Operation::Read, DENY)]);
+        assert!(!a.allows_from(&carol, from("10.0.0.7"), Operation::Read, offsets));
         acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, DENY)]);
         assert!(!a.allows(&burrow, Operation::Read, offsets));
     }

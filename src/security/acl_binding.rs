@@ -224,23 +224,19 @@ impl Acls {
             let mut listed = 0;
             for filter in filters {
                 let filter = filter.borrowed();
-                let count = all.iter().filter(|acl| filter.matches(acl)).count();
-                if listed + count > MAX_LISTED_DELETIONS {
+                let matched: Vec<usize> = (0..all.len()).filter(|&i| filter.matches(&all[i])).collect();
+                if listed + matched.len() > MAX_LISTED_DELETIONS {
                     removed.push(None);
                     continue;
                 }
-                listed += count;
-                let mut matched = Vec::with_capacity(count);
-                for (acl, gone) in all.iter().zip(gone.iter_mut()) {
-                    if filter.matches(acl) {
-                        *gone = true;
-                        matched.push(acl.clone());
-                    }
+                listed += matched.len();
+                for &i in &matched {
+                    gone[i] = true;
                 }
-                removed.push(Some(matched));
+                removed.push(Some(matched.into_iter().map(|i| all[i].clone()).collect()));
             }
-            let mut gone = gone.into_iter();
-            all.retain(|_| !gone.next().unwrap_or(false));
+            let mut each_gone = gone.into_iter();
+            all.retain(|_| !each_gone.next().unwrap_or(false));
         });
         removed
     }

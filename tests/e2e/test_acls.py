@@ -157,7 +157,7 @@ def test_a_literal_acl_on_consumer_offsets_lets_a_lag_monitor_read_it(node):
 
 def test_a_regex_subscription_sees_the_topics_its_host_may_describe(node):
     """A KIP-848 group's regex matches the topics the member may describe from where it
-    connects: an ACL for another host shows it nothing."""
+    connects: an ACL for another host shows it nothing, and a new ACL the topic it names."""
     prefix = f"regex{uuid.uuid4().hex[:6]}."
     near, far, group = prefix + "near", prefix + "far", f"bob-regex-{uuid.uuid4().hex[:6]}"
     create_topics(node, near, far)
@@ -176,6 +176,13 @@ def test_a_regex_subscription_sees_the_topics_its_host_may_describe(node):
             message = consumer.poll(0.5)
             assert message is None or message.error() is None, message.error()
         assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(near, 0), (near, 1)]
+        # An ACL change is a metadata change: the group resolves its regex again.
+        assert list(create(AdminClient(as_user(node, "admin")), acl(ResourceType.TOPIC, far, "User:bob", AclOperation.READ)).values()) == [None]
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(consumer.assignment()) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            assert message is None or message.error() is None, message.error()
+        assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(far, 0), (far, 1), (near, 0), (near, 1)]
     finally:
         consumer.close()
 

@@ -217,8 +217,9 @@ def test_a_filter_with_an_unknown_code(sides):
 
 def test_deletions_are_bounded_where_kafka_has_no_bound(corral_module_server):
     """corral only (Kafka lists every filter's matches, however many filters match everything):
-    a DeleteAcls holds at most 1,000 filters, and lists at most 100,000 ACLs over all of them; a
-    filter past that is refused and removes none. One filter alone always fits. Each filter lists
+    a DeleteAcls holds at most 1,000 filters, and lists at most 100,000 ACLs over all of them, its
+    filters taken in order; a filter past that is refused and removes none, and a later one that
+    fits is served. One filter alone always fits. Each filter lists
     what it matches in the set as it was before the request, as in Kafka."""
     bootstrap = corral_module_server
     tag = uuid.uuid4().hex[:8]
@@ -226,12 +227,17 @@ def test_deletions_are_bounded_where_kafka_has_no_bound(corral_module_server):
     made = create(bootstrap, *[(TOPIC, f"t{i}-{tag}", LITERAL, principal, "*", READ, ALLOW) for i in range(60_000)])
     assert {code for code, _ in made} == {0}
     mine = acl_filter(principal=principal)
-    assert [(code, message) for code, message, _ in delete(bootstrap, *[mine] * 1001)] == [
-        (42, "at most 1000 filters in one request")
-    ] * 1001
-    one = acl_filter(name=f"t7-{tag}", principal=principal)
-    answers = delete(bootstrap, one, mine, mine)
-    refused = "with the filters before it, this one would list more than 100000 ACLs; send it alone"
-    assert [(code, message, len(found)) for code, message, found in answers] == [(0, None, 1), (0, None, 60_000), (42, refused, 0)]
-    code, _, left = describe(bootstrap, mine)
-    assert (code, left) == (0, [])
+    try:
+        assert [(code, message) for code, message, _ in delete(bootstrap, *[mine] * 1001)] == [
+            (42, "at most 1000 filters in one request")
+        ] * 1001
+        one, other = acl_filter(name=f"t7-{tag}", principal=principal), acl_filter(name=f"t8-{tag}", principal=principal)
+        answers = delete(bootstrap, one, mine, mine, other)
+        refused = "with the filters before it, this one would list more than 100000 ACLs; send it alone"
+        assert [(code, message, len(found)) for code, message, found in answers] == [
+            (0, None, 1), (0, None, 60_000), (42, refused, 0), (0, None, 1)
+        ]
+        code, _, left = describe(bootstrap, mine)
+        assert (code, left) == (0, [])
+    finally:
+        delete(bootstrap, mine)
