@@ -14,35 +14,31 @@ use uuid::Uuid;
 use super::metadata_group::TopicChange;
 use super::{propose, TopicError};
 use crate::node::Node;
-use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed, MAX_ACLS};
+use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed};
 
 /// Adds `acls` (each already validated) on every node. ACLs held already count as made. Past
-/// [`MAX_ACLS`] the entry adds none, on every node alike: the limit is checked when the entry is
-/// applied, since two nodes may each accept a request that alone fits. It is also checked first
-/// against this node's copy, to refuse without a write what cannot fit.
+/// [`crate::security::acl::MAX_ACLS`] ACLs or [`crate::security::acl::MAX_ACL_BYTES`] the entry adds none, on every node alike: the limits
+/// are checked when the entry is applied, since two nodes may each accept a request that alone
+/// fits. They are also checked first against this node's copy, to refuse without a write what
+/// cannot fit.
 pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), TopicError> {
-    let too_many = || TopicError::PolicyViolation(format!("the cluster would hold more than {MAX_ACLS} ACLs"));
-    let mut seen: HashSet<&AclBinding> = HashSet::new();
-    let acls: Vec<AclBinding> = acls.iter().filter(|acl| seen.insert(acl)).cloned().collect();
-    {
+    let acls: Vec<AclBinding> = {
         let held = node.catalog.acls.all();
-        let held_set: HashSet<&AclBinding> = held.iter().collect();
-        let new = acls.iter().filter(|acl| !held_set.contains(acl)).count();
-        if held.len() + new > MAX_ACLS {
-            return Err(too_many());
+        let fresh = held.missing(&acls);
+        if let Some(reason) = held.refuses(&fresh) {
+            return Err(TopicError::PolicyViolation(reason));
         }
-    }
+        let mut seen: HashSet<&AclBinding> = HashSet::new();
+        acls.iter().filter(|acl| seen.insert(acl)).cloned().collect()
+    };
     let id = Uuid::new_v4();
     let creations = &node.catalog.acl_creations;
     creations.expect(id);
     let outcome = propose(node, TopicChange::CreateAcls { id, acls }).await;
     let added = creations.take(id);
     outcome?;
-    match added {
-        Some(false) => Err(too_many()),
-        // Added, or (not expected: proposed and applied here) no result kept.
-        _ => Ok(()),
-    }
+    // Added, or (not expected: proposed and applied here) no result kept.
+    added.unwrap_or(Ok(())).map_err(TopicError::PolicyViolation)
 }
 
 /// Removes the ACLs each filter matches, on every node; returns them, filter by filter, as the
@@ -92,12 +88,14 @@ impl<T> Outcomes<T> {
     }
 }
 
-impl Outcomes<bool> {
-    /// Whether a CreateAcls entry added its ACLs: once one copy of an entry written twice did,
-    /// they are there, whatever the other copy found.
-    pub(crate) fn complete_added(&self, id: Uuid, added: bool) {
+impl Outcomes<Result<(), String>> {
+    /// Whether a CreateAcls entry added its ACLs, or why not: once one copy of an entry written
+    /// twice added them, they are there, whatever the other copy found.
+    pub(crate) fn complete_added(&self, id: Uuid, added: Result<(), String>) {
         if let Some(slot) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
-            *slot = Some(slot.unwrap_or(false) || added);
+            if !matches!(slot, Some(Ok(()))) {
+                *slot = Some(added);
+            }
         }
     }
 }
@@ -128,11 +126,12 @@ mod tests {
         assert!(deletions.0.lock().unwrap().is_empty());
 
         // A creation refused, then written again once there was room: the ACLs were added.
-        let creations: Outcomes<bool> = Outcomes::default();
+        let creations: Outcomes<Result<(), String>> = Outcomes::default();
         creations.expect(waited);
-        creations.complete_added(waited, false);
-        creations.complete_added(waited, true);
-        creations.complete_added(unwaited, true);
-        assert_eq!((creations.take(waited), creations.take(unwaited)), (Some(true), None));
+        creations.complete_added(waited, Err("full".into()));
+        creations.complete_added(waited, Ok(()));
+        creations.complete_added(waited, Err("full".into()));
+        creations.complete_added(unwaited, Ok(()));
+        assert_eq!((creations.take(waited), creations.take(unwaited)), (Some(Ok(())), None));
     }
 }

@@ -164,8 +164,8 @@ pub struct Catalog {
     pub group_configs: SharedGroupOverrides,
     /// The ACLs made with CreateAcls; the authorizer reads them.
     pub acls: Arc<Acls>,
-    /// Whether CreateAcls entries proposed here added their ACLs, for their handlers.
-    pub acl_creations: super::acls::Outcomes<bool>,
+    /// Whether CreateAcls entries proposed here added their ACLs (or why not), for their handlers.
+    pub acl_creations: super::acls::Outcomes<Result<(), String>>,
     /// What DeleteAcls entries proposed here removed, for their handlers.
     pub acl_deletions: super::acls::Outcomes<Removed>,
 }
@@ -465,7 +465,7 @@ mod tests {
             operation: 3,
             permission: 3,
         };
-        catalog.acls.add(std::slice::from_ref(&acl));
+        catalog.acls.add(std::slice::from_ref(&acl)).unwrap();
         let applied = LogId::new(openraft::CommittedLeaderId::new(3, 1), 17);
         let members = std::collections::BTreeMap::from([(1u64, openraft::BasicNode::new("h:1"))]);
         let membership = StoredMembership::new(Some(applied), openraft::Membership::from(members));

@@ -77,7 +77,7 @@ pub enum TopicChange {
         config: GroupOverrides,
     },
     /// ACLs made (CreateAcls); those held already stay as they are. None is made if the set
-    /// would hold more than `MAX_ACLS`. `id` names the request, for the proposing node to read
+    /// would pass `MAX_ACLS` or `MAX_ACL_BYTES`. `id` names the request, for the proposing node to read
     /// whether they were (nil in entries written before it was kept).
     CreateAcls {
         #[serde(default)]
@@ -444,11 +444,12 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
         // A count at info: one request may hold thousands; the bindings themselves at debug.
         TopicChange::CreateAcls { id, acls } => {
             let added = catalog.acls.add(&acls);
-            if added {
-                tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
-                tracing::debug!(?acls, "created ACLs");
-            } else {
-                tracing::warn!(count = acls.len(), held = catalog.acls.all().len(), "refused ACLs past the limit");
+            match &added {
+                Ok(()) => {
+                    tracing::info!(count = acls.len(), held = catalog.acls.all().len(), "created ACLs");
+                    tracing::debug!(?acls, "created ACLs");
+                }
+                Err(reason) => tracing::warn!(count = acls.len(), held = catalog.acls.all().len(), %reason, "refused ACLs"),
             }
             catalog.acl_creations.complete_added(id, added);
             catalog.touch();

@@ -303,7 +303,8 @@ mod tests {
             host: "10.0.0.7".into(),
             operation: Operation::Describe as i8,
             permission: ALLOW,
-        }]);
+        }])
+        .unwrap();
         assert_eq!(view.names(), vec!["payments.in".to_string(), "orders".to_string()]);
         let view_far = Describable { topics: &Topics, viewer: Some((&authorizer, &far)) };
         assert_eq!(view_far.names(), vec!["payments.in".to_string()]);

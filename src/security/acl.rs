@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use super::acl_binding::{applies_to, CLUSTER_NAME, WILDCARD};
 pub use super::acl_binding::{
-    AclBinding, AclFilter, Acls, BindingFilter, PatternType, Removed, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS, MAX_DELETE_FILTERS,
-    MAX_LISTED_DELETIONS,
+    AclBinding, AclFilter, Acls, BindingFilter, PatternType, Removed, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS, MAX_ACL_BYTES,
+    MAX_DELETE_FILTERS, MAX_LISTED_DELETIONS,
 };
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
@@ -265,12 +265,13 @@ mod tests {
             acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, ALLOW),
             acl(2, "*", PatternType::Literal, "User:carol", Operation::Read, ALLOW),
             acl(2, "__", PatternType::Prefixed, "User:carol", Operation::Read, ALLOW),
-        ]);
+        ])
+        .unwrap();
         assert!(a.allows(&burrow, Operation::Read, offsets));
         assert!(a.allows(&burrow, Operation::Describe, offsets), "READ implies DESCRIBE");
         assert!(!a.allows(&burrow, Operation::Write, offsets));
         assert!(!a.allows(&carol, Operation::Read, offsets), "only an ACL naming the topic opens it");
-        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Write, ALLOW)]);
+        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Write, ALLOW)]).unwrap();
         assert!(!a.allows(&carol, Operation::Write, offsets), "no one but super users writes it");
         // A PREFIXED ACL of the very name is a prefix all the same; a host's ACL from that host only.
         let dave = Principal::user("dave");
@@ -280,15 +281,16 @@ mod tests {
                 host: "10.0.0.7".into(),
                 ..acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:carol", Operation::Read, ALLOW)
             },
-        ]);
+        ])
+        .unwrap();
         assert!(!a.allows(&dave, Operation::Read, offsets));
         let from = |ip: &str| Some(ip.parse::<IpAddr>().unwrap());
         assert!(a.allows_from(&carol, from("10.0.0.7"), Operation::Read, offsets));
         assert!(!a.allows_from(&carol, from("10.0.0.8"), Operation::Read, offsets) && !a.allows(&carol, Operation::Read, offsets));
         // A DENY wins: on the name, or on every topic.
-        acls.add(&[acl(2, "*", PatternType::Literal, "User:carol", Operation::Read, DENY)]);
+        acls.add(&[acl(2, "*", PatternType::Literal, "User:carol", Operation::Read, DENY)]).unwrap();
         assert!(!a.allows_from(&carol, from("10.0.0.7"), Operation::Read, offsets));
-        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, DENY)]);
+        acls.add(&[acl(2, crate::cluster::OFFSETS_TOPIC, PatternType::Literal, "User:burrow", Operation::Read, DENY)]).unwrap();
         assert!(!a.allows(&burrow, Operation::Read, offsets));
     }
 
@@ -370,7 +372,8 @@ mod tests {
             acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW),
             acl(3, "bob-", PatternType::Prefixed, "User:bob", Operation::Read, ALLOW),
             AclBinding { host: "10.0.0.7".to_string(), ..acl(2, "*", PatternType::Literal, "User:bob", Operation::Write, ALLOW) },
-        ]);
+        ])
+        .unwrap();
         assert!(a.allows(&bob, Operation::Read, Resource::Topic("orders")));
         assert!(a.allows(&bob, Operation::Describe, Resource::Topic("orders")), "READ implies DESCRIBE");
         assert!(!a.allows(&bob, Operation::Read, Resource::Topic("orders2")), "a literal name is that name only");
@@ -385,7 +388,8 @@ mod tests {
         acls.add(&[
             acl(2, "payments.", PatternType::Prefixed, "User:*", Operation::Write, DENY),
             acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, DENY),
-        ]);
+        ])
+        .unwrap();
         assert!(!a.allows(&alice, Operation::Write, Resource::Topic("payments.in")), "the rule's WRITE is denied");
         assert!(a.allows(&alice, Operation::Read, Resource::Topic("payments.in")));
         assert!(!a.allows(&bob, Operation::Read, Resource::Topic("orders")));
@@ -393,12 +397,12 @@ mod tests {
         assert!(a.allows(&Principal::user("admin"), Operation::Write, Resource::Topic("payments.in")), "super users pass");
         assert_eq!(a.operations(&bob, None, Resource::Topic("orders")), 1 << 8);
         // A wildcard DENY of a kind refuses it by type.
-        acls.add(&[acl(2, "*", PatternType::Literal, "User:bob", Operation::Write, DENY)]);
+        acls.add(&[acl(2, "*", PatternType::Literal, "User:bob", Operation::Write, DENY)]).unwrap();
         assert!(!a.allows_some(&bob, from("10.0.0.7"), Operation::Write, ResourceType::Topic));
         // A group wildcard lets one read __consumer_offsets, as a rule for every group does.
         let offsets = Resource::Topic(crate::cluster::OFFSETS_TOPIC);
         assert!(!a.allows(&bob, Operation::Read, offsets));
-        acls.add(&[acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]);
+        acls.add(&[acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)]).unwrap();
         assert!(a.allows(&bob, Operation::Read, offsets));
         // Listed after the rules; deleted exactly.
         assert_eq!(a.bindings().len(), 7 + 7);
@@ -414,7 +418,7 @@ mod tests {
         let removed = acls.remove_matching(&[AclFilter::of(&describe_groups)]);
         assert_eq!(removed, [Some(vec![acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)])]);
         assert!(!a.allows(&bob, Operation::Read, offsets));
-        acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]);
+        acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]).unwrap();
         assert_eq!(acls.all().len(), 6, "an ACL held already is not added twice");
     }
 
@@ -429,23 +433,24 @@ mod tests {
         let write = |name: &str, pattern: PatternType, who: &str, permission: i8| acl(2, name, pattern, who, Operation::Write, permission);
         assert!(some("carol"), "a rule's prefix");
         assert!(!some("bob"));
-        acls.add(&[write("orders", PatternType::Literal, "User:bob", ALLOW)]);
+        acls.add(&[write("orders", PatternType::Literal, "User:bob", ALLOW)]).unwrap();
         assert!(some("bob"));
-        acls.add(&[write("ord", PatternType::Prefixed, "User:bob", DENY)]);
+        acls.add(&[write("ord", PatternType::Prefixed, "User:bob", DENY)]).unwrap();
         assert!(!some("bob"), "a DENY on a prefix of the ALLOW's name dominates it");
-        acls.add(&[write("queue.", PatternType::Prefixed, "User:bob", ALLOW), write("queue.x", PatternType::Literal, "User:bob", DENY)]);
+        acls.add(&[write("queue.", PatternType::Prefixed, "User:bob", ALLOW), write("queue.x", PatternType::Literal, "User:bob", DENY)])
+            .unwrap();
         assert!(some("bob"), "a DENY on one name leaves the prefix ALLOW");
-        acls.add(&[write("queue", PatternType::Prefixed, "User:bob", DENY)]);
+        acls.add(&[write("queue", PatternType::Prefixed, "User:bob", DENY)]).unwrap();
         assert!(!some("bob"));
-        acls.add(&[write("*", PatternType::Literal, "User:bob", ALLOW)]);
+        acls.add(&[write("*", PatternType::Literal, "User:bob", ALLOW)]).unwrap();
         assert!(some("bob"), "the wildcard ALLOW stands against prefix DENYs");
-        acls.add(&[write("*", PatternType::Literal, "User:bob", DENY)]);
+        acls.add(&[write("*", PatternType::Literal, "User:bob", DENY)]).unwrap();
         assert!(!some("bob"), "the wildcard DENY refuses every one");
-        acls.add(&[write("pay", PatternType::Prefixed, "User:carol", DENY)]);
+        acls.add(&[write("pay", PatternType::Prefixed, "User:carol", DENY)]).unwrap();
         assert!(!some("carol"), "a DENY dominates a rule's prefix too");
-        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::Read, ALLOW)]);
+        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::Read, ALLOW)]).unwrap();
         assert!(!some("dave"), "only the operation itself and ALL count");
-        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::All, ALLOW)]);
+        acls.add(&[acl(2, "x", PatternType::Literal, "User:dave", Operation::All, ALLOW)]).unwrap();
         assert!(some("dave"));
     }
 

@@ -100,6 +100,11 @@ pub struct AclBinding {
 }
 
 impl AclBinding {
+    /// What its strings take, as [`MAX_ACL_BYTES`] counts them.
+    fn text_bytes(&self) -> usize {
+        self.name.len() + self.principal.len() + self.host.len()
+    }
+
     /// Refuses what Kafka refuses in CreateAcls, with its messages.
     pub fn validate(&self) -> Result<(), String> {
         if self.resource_type == ResourceType::Cluster.code() && self.name != CLUSTER_NAME {
@@ -173,6 +178,10 @@ pub struct Acls(RwLock<Arc<AclSet>>);
 /// can make every node hold.
 pub const MAX_ACLS: usize = 100_000;
 
+/// Bytes the cluster's ACLs may take in names, principals and hosts: a bound on what every node
+/// holds for them (a name may be megabytes long), far above what 100,000 ordinary ACLs take.
+pub const MAX_ACL_BYTES: usize = 64 << 20;
+
 /// Filters one DeleteAcls may hold: every filter is matched against every ACL on every node.
 pub const MAX_DELETE_FILTERS: usize = 1_000;
 
@@ -194,25 +203,20 @@ impl Acls {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Adds those of `new` not held yet; all of them, or none if the set would then hold more than
-    /// [`MAX_ACLS`]. Whether they were added.
-    pub fn add(&self, new: &[AclBinding]) -> bool {
-        let mut added = false;
-        self.change(|all| {
-            let held: HashSet<&AclBinding> = all.iter().collect();
-            let mut fresh: Vec<AclBinding> = Vec::new();
-            let mut seen: HashSet<&AclBinding> = HashSet::new();
-            for acl in new {
-                if !held.contains(acl) && seen.insert(acl) {
-                    fresh.push(acl.clone());
-                }
-            }
-            if all.len() + fresh.len() <= MAX_ACLS {
-                all.extend(fresh);
-                added = true;
-            }
-        });
-        added
+    /// Adds those of `new` not held yet: all of them, or none and why if the set would then pass
+    /// [`MAX_ACLS`] or [`MAX_ACL_BYTES`].
+    pub fn add(&self, new: &[AclBinding]) -> Result<(), String> {
+        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let fresh = current.missing(new);
+        if let Some(reason) = current.refuses(&fresh) {
+            return Err(reason);
+        }
+        if !fresh.is_empty() {
+            let mut all = current.all.clone();
+            all.extend(fresh.into_iter().cloned());
+            *current = Arc::new(AclSet::new(all));
+        }
+        Ok(())
     }
 
     /// Removes every ACL one of the filters matches; returns what each matched. Filters are
@@ -262,6 +266,8 @@ impl Acls {
 #[derive(Debug, Default)]
 pub struct AclSet {
     all: Vec<AclBinding>,
+    /// What `all` takes in names, principals and hosts.
+    text_bytes: usize,
     /// Indexes into `all`, by resource type code (0 to 7), then name.
     literal: [HashMap<String, Vec<usize>>; 8],
     prefixed: [HashMap<String, Vec<usize>>; 8],
@@ -271,7 +277,8 @@ pub struct AclSet {
 
 impl AclSet {
     fn new(all: Vec<AclBinding>) -> AclSet {
-        let mut set = AclSet { all, ..AclSet::default() };
+        let text_bytes = all.iter().map(AclBinding::text_bytes).sum();
+        let mut set = AclSet { all, text_bytes, ..AclSet::default() };
         for (at, acl) in set.all.iter().enumerate() {
             let Some(kind) = usize::try_from(acl.resource_type).ok().filter(|&k| k < 8) else {
                 continue;
@@ -287,6 +294,23 @@ impl AclSet {
             by_name.entry(acl.name.clone()).or_default().push(at);
         }
         set
+    }
+
+    /// Those of `new` this set does not hold, each once.
+    pub fn missing<'a>(&self, new: &'a [AclBinding]) -> Vec<&'a AclBinding> {
+        let held: HashSet<&AclBinding> = self.all.iter().collect();
+        let mut seen: HashSet<&AclBinding> = HashSet::new();
+        new.iter().filter(|acl| !held.contains(acl) && seen.insert(acl)).collect()
+    }
+
+    /// Why the set cannot take `fresh` (ACLs it does not hold) besides its own; `None` if it can.
+    pub fn refuses(&self, fresh: &[&AclBinding]) -> Option<String> {
+        if self.all.len() + fresh.len() > MAX_ACLS {
+            return Some(format!("the cluster would hold more than {MAX_ACLS} ACLs"));
+        }
+        let bytes = self.text_bytes + fresh.iter().map(|acl| acl.text_bytes()).sum::<usize>();
+        (bytes > MAX_ACL_BYTES)
+            .then(|| format!("the cluster's ACLs would take more than {MAX_ACL_BYTES} bytes of names, principals and hosts"))
     }
 
     /// The ACLs whose pattern covers the resource: its name or the wildcard (LITERAL), or a
@@ -454,12 +478,13 @@ pub(super) mod tests {
     fn acls_past_the_limit_are_all_refused() {
         let topic = |i: usize| acl(2, &format!("t{i}"), PatternType::Literal, "User:a", Operation::Read, ALLOW);
         let acls = Acls::new((0..MAX_ACLS - 1).map(topic).collect());
-        assert!(!acls.add(&[topic(MAX_ACLS), topic(MAX_ACLS + 1)]), "one too many: none is added");
+        let too_many = Err(format!("the cluster would hold more than {MAX_ACLS} ACLs"));
+        assert_eq!(acls.add(&[topic(MAX_ACLS), topic(MAX_ACLS + 1)]), too_many, "one too many: none is added");
         assert_eq!(acls.all().len(), MAX_ACLS - 1);
-        assert!(acls.add(&[topic(0), topic(MAX_ACLS), topic(MAX_ACLS)]), "held ones and repeats count once");
+        assert_eq!(acls.add(&[topic(0), topic(MAX_ACLS), topic(MAX_ACLS)]), Ok(()), "held ones and repeats count once");
         assert_eq!(acls.all().len(), MAX_ACLS);
-        assert!(acls.add(&[topic(1)]), "adding what is held changes nothing");
-        assert!(!acls.add(&[topic(MAX_ACLS + 1)]));
+        assert_eq!(acls.add(&[topic(1)]), Ok(()), "adding what is held changes nothing");
+        assert_eq!(acls.add(&[topic(MAX_ACLS + 1)]), too_many);
 
         // Two filters matching everything would list the whole set twice: the second is refused.
         let everything = BindingFilter {
@@ -479,6 +504,18 @@ pub(super) mod tests {
         assert_eq!(acls.all().len(), MAX_ACLS - 2, "a refused filter removes none");
         let removed = acls.remove_matching(&[AclFilter::of(&everything)]);
         assert_eq!((removed[0].as_ref().map(Vec::len), acls.all().len()), (Some(MAX_ACLS - 2), 0), "one filter alone always fits");
+    }
+
+    #[test]
+    fn acls_past_their_bytes_are_refused() {
+        let named = |name: String| acl(2, &name, PatternType::Prefixed, "User:a", Operation::Read, ALLOW);
+        let large = |i: usize| named(format!("{i:02}{}", "x".repeat(MAX_ACL_BYTES / 4)));
+        let acls = Acls::default();
+        assert_eq!(acls.add(&[large(0), large(1), large(2)]), Ok(()));
+        let refused = acls.add(&[large(3), named("small".into())]).unwrap_err();
+        assert!(refused.contains("bytes of names, principals and hosts"), "{refused}");
+        assert_eq!(acls.all().len(), 3);
+        assert_eq!(acls.add(&[named("small".into())]), Ok(()), "what fits is still made");
     }
 
     #[test]

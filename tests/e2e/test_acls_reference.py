@@ -241,3 +241,24 @@ def test_deletions_are_bounded_where_kafka_has_no_bound(corral_module_server):
         assert (code, left) == (0, [])
     finally:
         delete(bootstrap, mine)
+
+
+def test_acls_are_bounded_in_bytes(corral_module_server):
+    """corral only: the ACLs' names, principals and hosts take at most 64 MiB on every node. A
+    request past it makes none of its ACLs and says why; one that fits is made."""
+    bootstrap = corral_module_server
+    tag = uuid.uuid4().hex[:8]
+    principal = f"User:large-{tag}"
+    name = lambda i: f"{i:05}-{tag}-" + "x" * 32_000  # noqa: E731 (about 1/2,097 of the bound each)
+    answers = create(bootstrap, *[(TOPIC, name(i), PREFIXED, principal, "*", READ, ALLOW) for i in range(2_100)])
+    refused = "the cluster's ACLs would take more than 67108864 bytes of names, principals and hosts"
+    assert set(answers) == {(44, refused)}, set(answers)
+    code, _, held = describe(bootstrap, acl_filter(principal=principal))
+    assert (code, held) == (0, [])
+    try:
+        made = create(bootstrap, *[(TOPIC, name(i), PREFIXED, principal, "*", READ, ALLOW) for i in range(10)])
+        assert {code for code, _ in made} == {0}, made
+        code, _, held = describe(bootstrap, acl_filter(principal=principal))
+        assert (code, len(held)) == (0, 10)
+    finally:
+        delete(bootstrap, acl_filter(principal=principal))
