@@ -17,10 +17,10 @@ use crate::node::Node;
 use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed};
 
 /// Adds `acls` (each already validated) on every node. ACLs held already count as made. Past
-/// [`crate::security::acl::MAX_ACLS`] ACLs or [`crate::security::acl::MAX_ACL_BYTES`] the entry adds none, on every node alike: the limits
-/// are checked when the entry is applied, since two nodes may each accept a request that alone
-/// fits. They are also checked first against this node's copy, to refuse without a write what
-/// cannot fit.
+/// [`crate::security::acl::MAX_ACLS`] ACLs or [`crate::security::acl::MAX_ACL_BYTES`] the entry
+/// adds none, on every node alike: the limits are checked when the entry is applied, since two
+/// nodes may each accept a request that alone fits. They are also checked first against this
+/// node's copy, to refuse without a write what cannot fit.
 pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), TopicError> {
     let acls: Vec<AclBinding> = {
         let held = node.catalog.acls.all();
@@ -43,7 +43,8 @@ pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), Topic
 
 /// Removes the ACLs each filter matches, on every node; returns them, filter by filter, as the
 /// entry's application on this node found them (`None`: the filter was refused, see
-/// [`crate::security::acl::Acls::remove_matching`]). At most [`crate::security::acl::MAX_DELETE_FILTERS`] filters.
+/// [`crate::security::acl::Acls::remove_matching`]). The handler has checked that there are at
+/// most [`crate::security::acl::MAX_DELETE_FILTERS`].
 pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<Removed, TopicError> {
     if filters.is_empty() {
         return Ok(Vec::new());

@@ -77,8 +77,9 @@ impl LocalGroups {
 }
 
 /// The topics as a caller sees them when it resolves a group's regex subscriptions: a regex
-/// matches only the topics it may describe from its address (Kafka's rule). Topics are looked up by name and id as
-/// in the catalog: those a consumer names were checked by ConsumerGroupHeartbeat's handler.
+/// matches only the topics it may describe from its address (Kafka's rule). Topics are looked up
+/// by name and id as in the catalog: those a consumer names were checked by
+/// ConsumerGroupHeartbeat's handler.
 struct Describable<'a> {
     topics: &'a dyn TopicView,
     /// The rules and whom they are applied to; `None` without rules.
