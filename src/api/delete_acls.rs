@@ -36,7 +36,8 @@ async fn handle(services: Rc<dyn Services>, ctx: RequestContext, body: Bytes) ->
         let filters: Vec<BindingFilter<'_>> = request.filters.iter().map(filter).collect();
         let valid: Vec<BindingFilter<'_>> = filters.iter().filter(|f| f.is_valid()).cloned().collect();
         let mut deleted = match crate::cluster::acls::delete(&node, &valid).await {
-            Ok(removed) => Ok(removed.into_iter()),
+            Ok(Ok(removed)) => Ok(removed.into_iter()),
+            Ok(Err(too_many)) => Err((ResponseError::InvalidRequest, too_many)),
             Err(e) => Err((e.error_code(), e.to_string())),
         };
         let results = filters

@@ -14,9 +14,10 @@ use uuid::Uuid;
 use super::metadata_group::TopicChange;
 use super::{propose, TopicError};
 use crate::node::Node;
-use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed};
+use crate::security::acl::{AclBinding, AclFilter, BindingFilter, Removed, MAX_ACLS_PER_REQUEST, TOO_MANY_CREATED};
 
-/// Adds `acls` (each already validated) on every node. ACLs held already count as made. Past
+/// Adds `acls` (each already validated) on every node. ACLs held already count as made; more
+/// than [`MAX_ACLS_PER_REQUEST`] new ones are refused, as Kafka refuses them. Past
 /// [`crate::security::acl::MAX_ACLS`] ACLs or [`crate::security::acl::MAX_ACL_BYTES`] the entry
 /// adds none, on every node alike: the limits are checked when the entry is applied, since two
 /// nodes may each accept a request that alone fits. They are also checked first against this
@@ -25,6 +26,9 @@ pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), Topic
     let acls: Vec<AclBinding> = {
         let held = node.catalog.acls.all();
         let fresh = held.missing(&acls);
+        if fresh.len() > MAX_ACLS_PER_REQUEST {
+            return Err(TopicError::PolicyViolation(TOO_MANY_CREATED.to_string()));
+        }
         if let Some(reason) = held.refuses(&fresh) {
             return Err(TopicError::PolicyViolation(reason));
         }
@@ -42,12 +46,12 @@ pub async fn create(node: &Arc<Node>, acls: Vec<AclBinding>) -> Result<(), Topic
 }
 
 /// Removes the ACLs each filter matches, on every node; returns them, filter by filter, as the
-/// entry's application on this node found them (`None`: the filter was refused, see
+/// entry's application on this node found them, or why it removed none (see
 /// [`crate::security::acl::Acls::remove_matching`]). The handler has checked that there are at
 /// most [`crate::security::acl::MAX_DELETE_FILTERS`].
-pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<Removed, TopicError> {
+pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<Result<Removed, String>, TopicError> {
     if filters.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     }
     let id = Uuid::new_v4();
     let deletions = &node.catalog.acl_deletions;
@@ -56,7 +60,7 @@ pub async fn delete(node: &Arc<Node>, filters: &[BindingFilter<'_>]) -> Result<R
     let matched = deletions.take(id);
     outcome?;
     // Proposed and applied here, so the result is there; an empty one if not, rather than a panic.
-    Ok(matched.unwrap_or_else(|| vec![Some(Vec::new()); filters.len()]))
+    Ok(matched.unwrap_or_else(|| Ok(vec![Some(Vec::new()); filters.len()])))
 }
 
 /// What the ACL entries this node proposed did when applied here (DeleteAcls: what each filter
@@ -107,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_deletion_keeps_its_first_result_for_its_handler_only() {
-        let deletions: Outcomes<Removed> = Outcomes::default();
+        let deletions: Outcomes<Result<Removed, String>> = Outcomes::default();
         let (waited, unwaited) = (Uuid::new_v4(), Uuid::new_v4());
         let acl = AclBinding {
             resource_type: 2,
@@ -119,10 +123,10 @@ mod tests {
             permission: 3,
         };
         deletions.expect(waited);
-        deletions.complete(waited, vec![Some(vec![acl.clone()])]);
-        deletions.complete(waited, vec![Some(Vec::new())]);
-        deletions.complete(unwaited, vec![Some(vec![acl.clone()])]);
-        assert_eq!(deletions.take(waited), Some(vec![Some(vec![acl])]), "the entry written again matched nothing");
+        deletions.complete(waited, Ok(vec![Some(vec![acl.clone()])]));
+        deletions.complete(waited, Ok(vec![Some(Vec::new())]));
+        deletions.complete(unwaited, Ok(vec![Some(vec![acl.clone()])]));
+        assert_eq!(deletions.take(waited), Some(Ok(vec![Some(vec![acl])])), "the entry written again matched nothing");
         assert_eq!(deletions.take(unwaited), None, "another node's entry is not kept");
         assert!(deletions.0.lock().unwrap().is_empty());
 

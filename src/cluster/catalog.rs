@@ -166,8 +166,8 @@ pub struct Catalog {
     pub acls: Arc<Acls>,
     /// Whether CreateAcls entries proposed here added their ACLs (or why not), for their handlers.
     pub acl_creations: super::acls::Outcomes<Result<(), String>>,
-    /// What DeleteAcls entries proposed here removed, for their handlers.
-    pub acl_deletions: super::acls::Outcomes<Removed>,
+    /// What DeleteAcls entries proposed here removed (or why none), for their handlers.
+    pub acl_deletions: super::acls::Outcomes<Result<Removed, String>>,
 }
 
 impl Catalog {

@@ -456,8 +456,13 @@ async fn apply_change(node: &Arc<Node>, change: TopicChange, log_id: Option<LogI
         }
         TopicChange::DeleteAcls { id, filters } => {
             let matched = catalog.acls.remove_matching(&filters);
-            tracing::info!(filters = filters.len(), held = catalog.acls.all().len(), "deleted ACLs");
-            tracing::debug!(?matched, "deleted ACLs");
+            match &matched {
+                Ok(removed) => {
+                    tracing::info!(filters = filters.len(), held = catalog.acls.all().len(), "deleted ACLs");
+                    tracing::debug!(?removed, "deleted ACLs");
+                }
+                Err(reason) => tracing::warn!(filters = filters.len(), %reason, "refused an ACL deletion"),
+            }
             catalog.acl_deletions.complete(id, matched);
             catalog.touch();
         }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use super::acl_binding::{applies_to, CLUSTER_NAME, WILDCARD};
 pub use super::acl_binding::{
-    AclBinding, AclFilter, Acls, BindingFilter, PatternType, Removed, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS, MAX_ACL_BYTES,
-    MAX_DELETE_FILTERS, MAX_LISTED_DELETIONS,
+    AclBinding, AclFilter, Acls, BindingFilter, PatternType, Removed, Resource, ALLOW, DENY, INVALID_FILTER, MAX_ACLS,
+    MAX_ACLS_PER_REQUEST, MAX_ACL_BYTES, MAX_DELETE_FILTERS, MAX_LISTED_DELETIONS, TOO_MANY_CREATED,
 };
 use super::Principal;
 pub use crate::config::authorization::{AuthorizationConfig, Operation, ResourceType, Rule};
@@ -415,7 +415,7 @@ mod tests {
             operation: Operation::Describe as i8,
             permission: ALLOW,
         };
-        let removed = acls.remove_matching(&[AclFilter::of(&describe_groups)]);
+        let removed = acls.remove_matching(&[AclFilter::of(&describe_groups)]).unwrap();
         assert_eq!(removed, [Some(vec![acl(3, "*", PatternType::Literal, "User:bob", Operation::Describe, ALLOW)])]);
         assert!(!a.allows(&bob, Operation::Read, offsets));
         acls.add(&[acl(2, "orders", PatternType::Literal, "User:bob", Operation::Read, ALLOW)]).unwrap();

@@ -170,7 +170,8 @@ pub(super) fn pattern_type_name(code: i8) -> &'static str {
 }
 
 /// The ACLs made with CreateAcls, as the metadata group has applied them on this node: read by
-/// every request's check, changed only by the metadata group.
+/// every request's check, changed only by the metadata group. A change publishes a new set: a
+/// check in progress keeps the one it started with.
 #[derive(Debug, Default)]
 pub struct Acls(RwLock<Arc<AclSet>>);
 
@@ -181,6 +182,18 @@ pub const MAX_ACLS: usize = 100_000;
 /// Bytes the cluster's ACLs may take in names, principals and hosts: a bound on what every node
 /// holds for them (a name may be megabytes long), far above what 100,000 ordinary ACLs take.
 pub const MAX_ACL_BYTES: usize = 64 << 20;
+
+/// ACLs one request may make or remove, as Kafka's controller bounds what one user operation
+/// writes; past it the whole request is refused, with Kafka's messages.
+pub const MAX_ACLS_PER_REQUEST: usize = 10_000;
+
+/// Kafka's answer to a CreateAcls that would make more than [`MAX_ACLS_PER_REQUEST`] ACLs.
+pub const TOO_MANY_CREATED: &str = "Unable to perform excessively large batch operation.";
+
+/// Kafka's answer to a DeleteAcls that would remove more than [`MAX_ACLS_PER_REQUEST`] ACLs.
+pub fn too_many_removed() -> String {
+    format!("Cannot remove more than {MAX_ACLS_PER_REQUEST} acls in a single delete operation.")
+}
 
 /// Filters one DeleteAcls may hold: every filter is matched against every ACL on every node.
 pub const MAX_DELETE_FILTERS: usize = 1_000;
@@ -219,43 +232,44 @@ impl Acls {
         Ok(())
     }
 
-    /// Removes every ACL one of the filters matches; returns what each matched. Filters are
-    /// taken in order; one that would bring the listing past [`MAX_LISTED_DELETIONS`] is refused.
-    pub fn remove_matching(&self, filters: &[AclFilter]) -> Removed {
-        let mut removed = Vec::with_capacity(filters.len());
-        self.change(|all| {
-            let mut gone = vec![false; all.len()];
-            let mut listed = 0;
-            for filter in filters {
-                let filter = filter.borrowed();
-                let matched: Vec<usize> = (0..all.len()).filter(|&i| filter.matches(&all[i])).collect();
-                if listed + matched.len() > MAX_LISTED_DELETIONS {
-                    removed.push(None);
-                    continue;
-                }
-                listed += matched.len();
-                for &i in &matched {
-                    gone[i] = true;
-                }
-                removed.push(Some(matched.into_iter().map(|i| all[i].clone()).collect()));
+    /// Removes every ACL one of the filters matches; returns what each matched. Each filter is
+    /// matched against the set as it was before, as in Kafka. Filters are taken in order; one
+    /// that would bring the listing past [`MAX_LISTED_DELETIONS`] is refused and removes none.
+    /// If the others would remove more than [`MAX_ACLS_PER_REQUEST`] ACLs, none is removed and
+    /// the whole request is refused, as Kafka refuses it.
+    pub fn remove_matching(&self, filters: &[AclFilter]) -> Result<Removed, String> {
+        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let all = &current.all;
+        let mut gone = vec![false; all.len()];
+        let (mut listed, mut removing) = (0, 0);
+        let mut matches: Vec<Option<Vec<usize>>> = Vec::with_capacity(filters.len());
+        for filter in filters {
+            let filter = filter.borrowed();
+            let matched: Vec<usize> = (0..all.len()).filter(|&i| filter.matches(&all[i])).collect();
+            if listed + matched.len() > MAX_LISTED_DELETIONS {
+                matches.push(None);
+                continue;
             }
-            let mut each_gone = gone.into_iter();
-            all.retain(|_| !each_gone.next().unwrap_or(false));
-        });
-        removed
+            listed += matched.len();
+            for &i in &matched {
+                removing += usize::from(!std::mem::replace(&mut gone[i], true));
+            }
+            matches.push(Some(matched));
+        }
+        if removing > MAX_ACLS_PER_REQUEST {
+            return Err(too_many_removed());
+        }
+        let removed = matches.into_iter().map(|found| found.map(|at| at.into_iter().map(|i| all[i].clone()).collect())).collect();
+        if removing > 0 {
+            let kept = all.iter().zip(gone).filter(|(_, gone)| !gone).map(|(acl, _)| acl.clone()).collect();
+            *current = Arc::new(AclSet::new(kept));
+        }
+        Ok(removed)
     }
 
     /// Makes the ACLs exactly `all` (a metadata snapshot installed).
     pub fn replace(&self, all: Vec<AclBinding>) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(AclSet::new(all));
-    }
-
-    /// Copies, changes and publishes: a check in progress keeps the set it started with.
-    fn change(&self, edit: impl FnOnce(&mut Vec<AclBinding>)) {
-        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
-        let mut all = current.all.clone();
-        edit(&mut all);
-        *current = Arc::new(AclSet::new(all));
     }
 }
 
@@ -498,12 +512,48 @@ pub(super) mod tests {
         };
         let first = BindingFilter { name: Some("t0"), ..everything.clone() };
         let last = BindingFilter { name: Some(&format!("t{MAX_ACLS}")), ..everything.clone() };
-        let removed = acls.remove_matching(&[first, everything.clone(), last, everything.clone()].map(|f| AclFilter::of(&f)));
+        let removed = acls.remove_matching(&[first, everything.clone(), last, everything.clone()].map(|f| AclFilter::of(&f))).unwrap();
         let counts: Vec<Option<usize>> = removed.iter().map(|r| r.as_ref().map(Vec::len)).collect();
         assert_eq!(counts, [Some(1), None, Some(1), None]);
         assert_eq!(acls.all().len(), MAX_ACLS - 2, "a refused filter removes none");
-        let removed = acls.remove_matching(&[AclFilter::of(&everything)]);
-        assert_eq!((removed[0].as_ref().map(Vec::len), acls.all().len()), (Some(MAX_ACLS - 2), 0), "one filter alone always fits");
+        // Past Kafka's bound of one request, the whole request is refused.
+        assert_eq!(acls.remove_matching(&[AclFilter::of(&everything)]), Err(too_many_removed()));
+        assert_eq!(acls.all().len(), MAX_ACLS - 2);
+    }
+
+    #[test]
+    fn one_deletion_removes_at_most_kafkas_bound() {
+        let of = |who: &str, i: usize| acl(2, &format!("t{i}"), PatternType::Literal, who, Operation::Read, ALLOW);
+        let acls = Acls::new((0..=MAX_ACLS_PER_REQUEST).map(|i| of("User:a", i)).chain((0..5).map(|i| of("User:b", i))).collect());
+        let whose = |who: &'static str| {
+            AclFilter::of(&BindingFilter {
+                resource_type: ANY,
+                name: None,
+                pattern_type: PATTERN_ANY,
+                principal: Some(who),
+                host: None,
+                operation: ANY,
+                permission: ANY,
+            })
+        };
+        assert_eq!(acls.remove_matching(&[whose("User:b"), whose("User:a")]), Err(too_many_removed()), "one too many: the whole request");
+        assert_eq!(acls.all().len(), MAX_ACLS_PER_REQUEST + 6, "and none removed");
+        let removed = acls.remove_matching(&[whose("User:b"), whose("User:b")]).unwrap();
+        assert_eq!(
+            removed.iter().map(|r| r.as_ref().map(Vec::len)).collect::<Vec<_>>(),
+            [Some(5), Some(5)],
+            "an ACL removed once counts once"
+        );
+        assert_eq!(acls.all().len(), MAX_ACLS_PER_REQUEST + 1);
+        let one =
+            AclFilter::of(&BindingFilter { name: Some("t0"), pattern_type: PatternType::Literal as i8, ..whose("User:a").borrowed() });
+        assert_eq!(acls.remove_matching(&[one]).map(|r| r[0].as_ref().map(Vec::len)), Ok(Some(1)));
+        assert_eq!(
+            acls.remove_matching(&[whose("User:a")]).map(|r| r[0].as_ref().map(Vec::len)),
+            Ok(Some(MAX_ACLS_PER_REQUEST)),
+            "exactly the bound"
+        );
+        assert_eq!(acls.all().len(), 0);
     }
 
     #[test]

@@ -215,27 +215,56 @@ def test_a_filter_with_an_unknown_code(sides):
     assert both(sides, lambda b: delete(b, unknown)) == {"kafka": "closed", "corral": [(42, invalid, [])]}
 
 
+def test_one_request_makes_or_removes_at_most_10000_acls(sides):
+    """Kafka's controller bounds what one request writes: more than 10,000 new ACLs in a
+    CreateAcls, or ACLs removed by a DeleteAcls, and the whole request is refused."""
+    tag = uuid.uuid4().hex[:8]
+    many, few = f"User:many-{tag}", f"User:few-{tag}"
+    binding = lambda principal, i: (TOPIC, f"t{i}-{tag}", LITERAL, principal, "*", READ, ALLOW)  # noqa: E731
+    too_many = both(sides, lambda b: set(create(b, *[binding(many, i) for i in range(10_001)])))
+    assert too_many["kafka"] == too_many["corral"] == {(44, "Unable to perform excessively large batch operation.")}, too_many
+    for principal, count in [(many, 10_000), (few, 5_000)]:
+        made = both(sides, lambda b: {code for code, _ in create(b, *[binding(principal, i) for i in range(count)])})
+        assert made == {"kafka": {0}, "corral": {0}}, made
+    try:
+        # 15,000 removed at once: every filter refused, none removed.
+        refused = both(sides, lambda b: delete(b, acl_filter(principal=few), acl_filter(principal=many)))
+        bound = "Cannot remove more than 10000 acls in a single delete operation."
+        assert refused["kafka"] == refused["corral"] == [(42, bound, [])] * 2, refused
+        removed = both(sides, lambda b: [len(found) for _, _, found in delete(b, acl_filter(principal=few), acl_filter(principal=few))])
+        assert removed == {"kafka": [5_000, 5_000], "corral": [5_000, 5_000]}, removed
+        # Exactly the bound.
+        removed = both(sides, lambda b: [(code, len(found)) for code, _, found in delete(b, acl_filter(principal=many))])
+        assert removed == {"kafka": [(0, 10_000)], "corral": [(0, 10_000)]}, removed
+    finally:
+        for bootstrap in sides.values():
+            for principal in (many, few):
+                delete(bootstrap, acl_filter(principal=principal))
+
+
 def test_deletions_are_bounded_where_kafka_has_no_bound(corral_module_server):
-    """corral only (Kafka lists every filter's matches, however many filters match everything):
-    a DeleteAcls holds at most 1,000 filters, and lists at most 100,000 ACLs over all of them, its
-    filters taken in order; a filter past that is refused and removes none, and a later one that
-    fits is served. One filter alone always fits. Each filter lists
-    what it matches in the set as it was before the request, as in Kafka."""
+    """corral only (Kafka lists every filter's matches, however many filters match the same
+    ACLs): a DeleteAcls holds at most 1,000 filters, and lists at most 100,000 ACLs over all of
+    them, its filters taken in order; a filter past that is refused and removes none, and a later
+    one that fits is served. One filter alone always fits. Each filter lists what it matches in
+    the set as it was before the request, as in Kafka."""
     bootstrap = corral_module_server
     tag = uuid.uuid4().hex[:8]
-    principal = f"User:many-{tag}"
-    made = create(bootstrap, *[(TOPIC, f"t{i}-{tag}", LITERAL, principal, "*", READ, ALLOW) for i in range(60_000)])
+    principal = f"User:listed-{tag}"
+    made = create(bootstrap, *[(TOPIC, f"t{i}-{tag}", LITERAL, principal, "*", READ, ALLOW) for i in range(10_000)])
     assert {code for code, _ in made} == {0}
     mine = acl_filter(principal=principal)
     try:
         assert [(code, message) for code, message, _ in delete(bootstrap, *[mine] * 1001)] == [
             (42, "at most 1000 filters in one request")
         ] * 1001
-        one, other = acl_filter(name=f"t7-{tag}", principal=principal), acl_filter(name=f"t8-{tag}", principal=principal)
-        answers = delete(bootstrap, one, mine, mine, other)
+        one = acl_filter(name=f"t7-{tag}", principal=principal)
+        answers = delete(bootstrap, *[mine] * 9, one, mine, one)
         refused = "with the filters before it, this one would list more than 100000 ACLs; send it alone"
-        assert [(code, message, len(found)) for code, message, found in answers] == [
-            (0, None, 1), (0, None, 60_000), (42, refused, 0), (0, None, 1)
+        assert [(code, message, len(found)) for code, message, found in answers] == [(0, None, 10_000)] * 9 + [
+            (0, None, 1),
+            (42, refused, 0),
+            (0, None, 1),
         ]
         code, _, left = describe(bootstrap, mine)
         assert (code, left) == (0, [])
