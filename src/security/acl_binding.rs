@@ -200,7 +200,7 @@ pub const MAX_DELETE_FILTERS: usize = 1_000;
 
 /// ACLs one DeleteAcls lists, over all its filters (an ACL is listed under each filter that
 /// matches it): many filters matching everything must not list the whole set again and again.
-/// One filter alone always fits.
+/// One filter alone always fits within it ([`MAX_ACLS_PER_REQUEST`] still applies).
 pub const MAX_LISTED_DELETIONS: usize = MAX_ACLS;
 
 /// What a DeleteAcls removed, filter by filter: the ACLs each matched, or `None` for a filter
